@@ -1,0 +1,1 @@
+"""Executor backends behind one protocol (see ``executors.base``)."""
