@@ -91,7 +91,9 @@ class BudgetLedger:
         env = min(self.limits.node_env_steps, self.limits.env_steps - self.env_steps)
         return CallLimits(
             max_model_calls=max(0, min(calls, self.limits.model_calls - self.model_calls)),
-            max_tool_calls=max(0, min(role.max_tool_calls, self.limits.tool_calls - self.tool_calls)),
+            max_tool_calls=max(
+                0, min(role.max_tool_calls, self.limits.tool_calls - self.tool_calls)
+            ),
             max_input_tokens=t_in,
             max_output_tokens=t_out,
             max_env_steps=max(0, env) if interactive else 0,
