@@ -1,0 +1,175 @@
+"""The objective interface: a padded batch of scored trajectories in, a loss and metrics out.
+
+Every objective (AnchorTB, TB, tempered TB, PPO, GRPO, CTB) is an ``nn.Module`` subclass of
+:class:`Objective` registered under a name, so the training step builds one with
+``build_objective(name, **kwargs)`` and calls it on a :class:`TrajectoryBatch` without knowing
+which it is. Learned scalars an objective owns (log Z of TB) are its module parameters.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar, TypeVar
+
+import torch
+from torch import Tensor, nn
+
+
+@dataclass
+class TrajectoryBatch:
+    """B trajectories padded to T = max actions; trajectory b has ``lengths[b]`` ≥ 1 actions.
+
+    State i of trajectory b (0 ≤ i ≤ lengths[b]) precedes action i; state lengths[b] is terminal.
+    Padding entries (actions t ≥ lengths[b], states i > lengths[b]) are ignored by every
+    objective and may hold any finite value.
+
+    Required fields:
+      delta_logp [B, T]: Δℓ_t = ℓ_θ(a_t|s_t) − ℓ_ρ(a_t|s_t), differentiable through θ.
+      action_mask [B, T] bool: valid actions, exactly t < lengths[b].
+      lengths [B] long: number of actions of each trajectory.
+      u [B]: measured anchor u_{q,x} (no gradient is taken through it).
+      c [B, T+1]: structural correction per state (no gradient).
+      b [B, T+1]: b_ψ per state, differentiable through ψ (its terminal entry is overridden).
+      log_reward [B]: log R_β(x).
+    Optional fields (objectives name the ones they need in ``Objective.requires``):
+      logp [B, T]: ℓ_θ alone; ref_logp [B, T]: ℓ_ρ; old_logp [B, T]: ℓ at rollout (PPO);
+      rewards [B]: r(x) in [0, 1]; group_ids [B] long: GRPO groups (one per record);
+      token_counts [B, T]: tokens per action (per-token normalisation).
+    """
+
+    delta_logp: Tensor
+    action_mask: Tensor
+    lengths: Tensor
+    u: Tensor
+    c: Tensor
+    b: Tensor
+    log_reward: Tensor
+    logp: Tensor | None = None
+    ref_logp: Tensor | None = None
+    old_logp: Tensor | None = None
+    rewards: Tensor | None = None
+    group_ids: Tensor | None = None
+    token_counts: Tensor | None = None
+
+    @property
+    def batch_size(self) -> int:
+        return int(self.delta_logp.shape[0])
+
+    @property
+    def max_actions(self) -> int:
+        return int(self.delta_logp.shape[1])
+
+    def state_mask(self) -> Tensor:
+        """[B, T+1] bool: state i of trajectory b exists (i ≤ lengths[b])."""
+        idx = torch.arange(self.max_actions + 1, device=self.lengths.device)
+        return idx[None, :] <= self.lengths[:, None]
+
+    def terminal_mask(self) -> Tensor:
+        """[B, T+1] bool: state i of trajectory b is its terminal state (i = lengths[b])."""
+        idx = torch.arange(self.max_actions + 1, device=self.lengths.device)
+        return idx[None, :] == self.lengths[:, None]
+
+    def validate(self) -> None:
+        """Raise ValueError naming the field and the expected shape or value on any mismatch."""
+        if self.delta_logp.dim() != 2:
+            raise ValueError(f"delta_logp: expected [B, T], got {tuple(self.delta_logp.shape)}")
+        n_b, n_t = self.delta_logp.shape
+        if n_b == 0 or n_t == 0:
+            raise ValueError(f"delta_logp: empty batch {tuple(self.delta_logp.shape)}")
+        shapes = {
+            "action_mask": (n_b, n_t),
+            "lengths": (n_b,),
+            "u": (n_b,),
+            "c": (n_b, n_t + 1),
+            "b": (n_b, n_t + 1),
+            "log_reward": (n_b,),
+            "logp": (n_b, n_t),
+            "ref_logp": (n_b, n_t),
+            "old_logp": (n_b, n_t),
+            "rewards": (n_b,),
+            "group_ids": (n_b,),
+            "token_counts": (n_b, n_t),
+        }
+        for name, shape in shapes.items():
+            value = getattr(self, name)
+            if value is not None and tuple(value.shape) != shape:
+                raise ValueError(f"{name}: expected shape {shape}, got {tuple(value.shape)}")
+        if self.lengths.dtype not in (torch.int32, torch.int64):
+            raise ValueError(f"lengths: expected an integer tensor, got {self.lengths.dtype}")
+        bad = (self.lengths < 1) | (self.lengths > n_t)
+        if bad.any():
+            row = int(bad.nonzero()[0, 0])
+            raise ValueError(
+                f"lengths[{row}] = {int(self.lengths[row])}: expected 1..{n_t} actions"
+            )
+        expected = torch.arange(n_t, device=self.lengths.device)[None, :] < self.lengths[:, None]
+        mismatch = (self.action_mask.bool() != expected).any(dim=1)
+        if mismatch.any():
+            row = int(mismatch.nonzero()[0, 0])
+            raise ValueError(
+                f"action_mask row {row}: expected the first lengths[{row}] = "
+                f"{int(self.lengths[row])} actions valid and the rest padding"
+            )
+        for f in fields(self):
+            value = getattr(self, f.name)
+            floating = isinstance(value, Tensor) and value.is_floating_point()
+            if floating and not torch.isfinite(value).all():
+                raise ValueError(f"{f.name}: contains non-finite values")
+
+
+@dataclass
+class ObjectiveOutput:
+    """The scalar loss to minimise (mean over trajectories) and float metrics for tracking."""
+
+    loss: Tensor
+    metrics: dict[str, float]
+
+
+class Objective(nn.Module):
+    """Base class: subclasses set ``name`` and ``requires`` and implement :meth:`compute`."""
+
+    name: ClassVar[str]
+    requires: ClassVar[tuple[str, ...]] = ()
+
+    def forward(self, batch: TrajectoryBatch) -> ObjectiveOutput:
+        batch.validate()
+        missing = [f for f in self.requires if getattr(batch, f) is None]
+        if missing:
+            raise ValueError(f"objective {self.name!r} needs batch fields {missing}")
+        return self.compute(batch)
+
+    @abstractmethod
+    def compute(self, batch: TrajectoryBatch) -> ObjectiveOutput:
+        """Loss and metrics of a validated batch."""
+
+
+_REGISTRY: dict[str, type[Objective]] = {}
+
+ObjectiveT = TypeVar("ObjectiveT", bound=type[Objective])
+
+
+def register_objective(cls: ObjectiveT) -> ObjectiveT:
+    """Class decorator: make ``cls`` buildable by its ``name``."""
+    if cls.name in _REGISTRY:
+        raise ValueError(f"objective name {cls.name!r} registered twice")
+    _REGISTRY[cls.name] = cls
+    return cls
+
+
+def objective_names() -> tuple[str, ...]:
+    """Registered objective names, sorted."""
+    return tuple(sorted(_REGISTRY))
+
+
+def build_objective(name: str, **kwargs: Any) -> Objective:
+    """Instantiate the objective registered as ``name`` with ``kwargs``."""
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown objective {name!r}; registered: {list(objective_names())}")
+    return _REGISTRY[name](**kwargs)
+
+
+def masked_mean(values: Tensor, mask: Tensor) -> Tensor:
+    """Mean of ``values`` over the entries where ``mask`` is true (0 when none)."""
+    mask = mask.to(values.dtype)
+    return (values * mask).sum() / mask.sum().clamp_min(1.0)
