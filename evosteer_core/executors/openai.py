@@ -1,0 +1,349 @@
+"""The ``openai`` executor: nodes run on any OpenAI-compatible chat-completions server.
+
+vLLM or SGLang serve it in production, ``transformers serve`` on a CPU. One node execution is
+a short conversation: the node prompt, then model replies; a reply carrying a tool tag
+(``<python>``, ``<search>``, ``<act>``) that the node may use is executed and the outcome is
+sent back as ``<result>…</result>``, until the reply has no tool call or the node's limits
+are spent. The protocol, retry policy and failure mapping are in docs/executors.md.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import requests
+
+from evosteer_core.answers import extract_answer
+from evosteer_core.executors.base import (
+    Environment,
+    Evidence,
+    NodeRequest,
+    NodeResult,
+    ToolUse,
+)
+from evosteer_core.records import TaskRecord
+from evosteer_core.seeding import derive_seed
+from evosteer_core.tools.sandbox import SandboxLimits, format_run, run_python
+from evosteer_core.tools.search import RESULT_CHARS, Retriever, RetrieverError, format_passages
+
+_TOOL_TAG = re.compile(r"<(python|search|act)>(.*?)</\1>", re.DOTALL)
+_FENCED = re.compile(r"^\s*```[^\n]*\n(.*?)\n?```\s*$", re.DOTALL)
+_RETRY_STATUS = frozenset({429}) | frozenset(range(500, 600))
+_BACKOFF_CAP_S = 30.0
+
+TOOL_HELP = {
+    "python": "To run Python, write <python>code</python>; the program's output comes back "
+    "as <result>...</result>.",
+    "search": "To search, write <search>query</search>; passages come back as "
+    "<result>...</result>.",
+    "act": "To act in the environment, write <act>command</act>; the observation comes back "
+    "as <result>...</result>.",
+}
+"""System-prompt lines that teach the tool tags; only the node's own tools are shown."""
+
+EnvironmentFactory = Callable[[TaskRecord, tuple[int, str]], "Environment | None"]
+
+
+class InfraFailure(RuntimeError):
+    """The model server could not give a usable reply; ``kind`` goes to ``failure_kind``."""
+
+    def __init__(self, kind: str, detail: str) -> None:
+        super().__init__(f"{kind}: {detail}")
+        self.kind = kind
+
+
+@dataclass(frozen=True)
+class ChatReply:
+    """One chat completion: text, finish reason, and token usage (estimated when absent)."""
+
+    text: str
+    finish_reason: str | None
+    prompt_tokens: int
+    completion_tokens: int
+    usage_estimated: bool
+
+
+@dataclass
+class _Turn:
+    """Mutable accounting of one node execution."""
+
+    tokens_in: int = 0
+    tokens_out: int = 0
+    model_calls: int = 0
+    last_context: int = 0
+    tool_calls: int = 0
+    env_steps: int = 0
+    env_last_ok: bool | None = None
+    usage_estimated: bool = False
+    tool_failed: bool = False
+    tool_uses: list[ToolUse] = field(default_factory=list)
+    evidence: list[Evidence] = field(default_factory=list)
+
+    def charge(self, reply: ChatReply) -> None:
+        self.model_calls += 1
+        self.tokens_in += reply.prompt_tokens
+        self.tokens_out += reply.completion_tokens
+        self.last_context = reply.prompt_tokens + reply.completion_tokens
+        self.usage_estimated |= reply.usage_estimated
+
+
+def estimate_tokens(text: str) -> int:
+    """A rough token count (4 characters per token) for servers that report no usage."""
+    return max(1, (len(text) + 3) // 4)
+
+
+class OpenAIExecutor:
+    """Runs nodes against ``{base_url}/chat/completions`` (``base_url`` ends in ``/v1``)."""
+
+    name = "openai"
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        api_key: str | None = None,
+        timeout_s: float = 120.0,
+        max_retries: int = 3,
+        backoff_s: float = 1.0,
+        temperature: float = 0.3,
+        send_seed: bool = True,
+        retriever: Retriever | None = None,
+        sandbox: SandboxLimits | None = None,
+        environment_factory: EnvironmentFactory | None = None,
+    ) -> None:
+        if not base_url.startswith(("http://", "https://")):
+            raise ValueError(f"openai executor: base_url must be http(s)://..., got {base_url!r}")
+        if max_retries < 0 or backoff_s < 0 or timeout_s <= 0:
+            raise ValueError(
+                "openai executor: need max_retries >= 0, backoff_s >= 0, timeout_s > 0; got "
+                f"{max_retries}, {backoff_s}, {timeout_s}"
+            )
+        self.url = base_url.rstrip("/") + "/chat/completions"
+        self.model = model
+        self.timeout_s = timeout_s
+        self.max_retries = max_retries
+        self.backoff_s = backoff_s
+        self.temperature = temperature
+        self.send_seed = send_seed
+        self.retriever = retriever
+        self.sandbox = sandbox or SandboxLimits()
+        self.environment_factory = environment_factory
+        self._session = requests.Session()
+        if api_key:
+            self._session.headers["Authorization"] = f"Bearer {api_key}"
+
+    # --- protocol ----------------------------------------------------------------------
+    def make_environment(self, task: TaskRecord, seed_key: tuple[int, str]) -> Environment | None:
+        """The interactive world for ``task``, from the configured factory (None without one)."""
+        if self.environment_factory is None:
+            return None
+        return self.environment_factory(task, seed_key)
+
+    def run_node(self, request: NodeRequest) -> NodeResult:
+        start = time.monotonic()
+        turn = _Turn()
+        limits = request.limits
+        if limits.max_model_calls <= 0:
+            return self._result(turn, "", start, "failed", "no_model_calls_left")
+        tools = self._usable_tools(request)
+        messages = self._opening(request, tools)
+        text, status, failure = "", "ok", None
+        try:
+            while True:
+                if self._prompt_estimate(messages, turn) > limits.max_input_tokens:
+                    status, failure = "truncated", "input_budget"
+                    break
+                call_index = turn.model_calls
+                reply = self.chat(
+                    messages, limits.max_output_tokens, self._seed(request, call_index)
+                )
+                turn.charge(reply)
+                text = reply.text
+                if reply.finish_reason == "length":
+                    status, failure = "truncated", "output_budget"
+                    break
+                tag = self._next_tool(text, tools, turn, request)
+                if tag is None or turn.model_calls >= limits.max_model_calls:
+                    break
+                messages.append({"role": "assistant", "content": text[: tag.end()]})
+                result = self._run_tool(tag.group(1), tag.group(2), turn, request)
+                messages.append({"role": "user", "content": f"<result>{result}</result>"})
+        except InfraFailure as exc:
+            return self._result(turn, "", start, "infra_failure", exc.kind)
+        if status == "ok" and turn.tool_failed:
+            status, failure = "tool_error", "tool_unavailable"
+        if status == "ok" and turn.usage_estimated:
+            failure = "usage_estimated"
+        return self._result(turn, text, start, status, failure)
+
+    # --- one model call ----------------------------------------------------------------
+    def chat(self, messages: list[dict[str, str]], max_tokens: int, seed: int | None) -> ChatReply:
+        """One chat completion with bounded retries (connection errors, timeouts, 429, 5xx)."""
+        payload: dict[str, Any] = {
+            "model": self.model,
+            "messages": messages,
+            "max_tokens": max_tokens,
+            "temperature": self.temperature,
+        }
+        if seed is not None:
+            payload["seed"] = seed
+        last = InfraFailure("unreachable", self.url)
+        for attempt in range(self.max_retries + 1):
+            if attempt:
+                time.sleep(min(_BACKOFF_CAP_S, self.backoff_s * 2 ** (attempt - 1)))
+            try:
+                response = self._session.post(self.url, json=payload, timeout=self.timeout_s)
+            except requests.Timeout as exc:
+                last = InfraFailure("timeout", f"{self.url}: {exc}")
+                continue
+            except requests.ConnectionError as exc:
+                last = InfraFailure("unreachable", f"{self.url}: {exc}")
+                continue
+            if response.status_code in _RETRY_STATUS:
+                last = InfraFailure(f"http_{response.status_code}", response.text[:300])
+                continue
+            if response.status_code != 200:
+                raise InfraFailure(f"http_{response.status_code}", response.text[:300])
+            return self._parse(response, messages)
+        raise last
+
+    @staticmethod
+    def _parse(response: requests.Response, messages: list[dict[str, str]]) -> ChatReply:
+        try:
+            body = response.json()
+            choice = body["choices"][0]
+            text = choice["message"].get("content") or ""
+            finish = choice.get("finish_reason")
+            usage = body.get("usage") or {}
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
+            raise InfraFailure("bad_response", f"{exc}: {response.text[:300]}") from exc
+        if "prompt_tokens" in usage and "completion_tokens" in usage:
+            return ChatReply(
+                text, finish, int(usage["prompt_tokens"]), int(usage["completion_tokens"]), False
+            )
+        prompt = sum(estimate_tokens(m["content"]) for m in messages)
+        return ChatReply(text, finish, prompt, estimate_tokens(text), True)
+
+    # --- the tool loop -----------------------------------------------------------------
+    def _usable_tools(self, request: NodeRequest) -> tuple[str, ...]:
+        tools = [t for t in request.tools if t in ("python", "search")]
+        if "search" in tools and self.retriever is None:
+            tools.remove("search")
+        if request.environment is not None:
+            tools.append("act")
+        return tuple(tools)
+
+    @staticmethod
+    def _opening(request: NodeRequest, tools: tuple[str, ...]) -> list[dict[str, str]]:
+        prompt = request.prompt
+        if request.environment is not None:
+            prompt += f"\n\nEnvironment observation:\n{request.environment.observe()}"
+        messages = []
+        if tools:
+            lines = [TOOL_HELP[t] for t in tools]
+            lines.append("Use at most one tool call per reply and wait for its result.")
+            messages.append({"role": "system", "content": "\n".join(lines)})
+        messages.append({"role": "user", "content": prompt})
+        return messages
+
+    @staticmethod
+    def _prompt_estimate(messages: list[dict[str, str]], turn: _Turn) -> int:
+        """Input tokens of the next call: the last call's prompt plus reply as reported, plus an
+        estimate for the tool result appended since."""
+        if turn.model_calls == 0:
+            return sum(estimate_tokens(m["content"]) for m in messages)
+        return turn.last_context + estimate_tokens(messages[-1]["content"])
+
+    def _seed(self, request: NodeRequest, call_index: int) -> int | None:
+        if not self.send_seed:
+            return None
+        return derive_seed("openai", *request.seed_key, call_index) % (2**31)
+
+    @staticmethod
+    def _next_tool(
+        text: str, tools: tuple[str, ...], turn: _Turn, request: NodeRequest
+    ) -> re.Match[str] | None:
+        """The first tool tag in ``text`` that the node may still use, or None."""
+        for tag in _TOOL_TAG.finditer(text):
+            kind = tag.group(1)
+            if kind not in tools:
+                continue
+            if kind == "act":
+                env = request.environment
+                if (
+                    env is not None
+                    and not env.done
+                    and turn.env_steps < request.limits.max_env_steps
+                ):
+                    return tag
+            elif turn.tool_calls < request.limits.max_tool_calls:
+                return tag
+            return None
+        return None
+
+    def _run_tool(self, kind: str, body: str, turn: _Turn, request: NodeRequest) -> str:
+        if kind == "act":
+            return self._act(body.strip(), turn, request)
+        turn.tool_calls += 1
+        if kind == "python":
+            return self._python(body, turn)
+        return self._search(body.strip(), turn)
+
+    def _python(self, body: str, turn: _Turn) -> str:
+        fenced = _FENCED.match(body)
+        code = fenced.group(1) if fenced else body
+        run = run_python(code, **self.sandbox.as_kwargs())
+        result = format_run(run, RESULT_CHARS)
+        turn.tool_uses.append(ToolUse("python", code, result, run.ok))
+        turn.evidence.append(Evidence("exec_check", run.ok, f"exit {run.returncode}"))
+        return result
+
+    def _search(self, query: str, turn: _Turn) -> str:
+        assert self.retriever is not None  # search is offered only with a retriever
+        try:
+            passages = self.retriever.search(query, 3)
+        except RetrieverError as exc:
+            turn.tool_failed = True
+            result = f"search failed: {exc}"[:RESULT_CHARS]
+            turn.tool_uses.append(ToolUse("search", query, result, False))
+            return result
+        result = format_passages(passages)
+        turn.tool_uses.append(ToolUse("search", query, result, bool(passages)))
+        ids = ",".join(p.doc_id for p in passages[:3])
+        turn.evidence.append(Evidence("retrieval", bool(passages), ids))
+        return result
+
+    @staticmethod
+    def _act(command: str, turn: _Turn, request: NodeRequest) -> str:
+        env = request.environment
+        assert env is not None  # <act> is offered only with an environment
+        step = env.step(command)
+        turn.env_steps += 1
+        turn.env_last_ok = step.ok
+        turn.tool_uses.append(ToolUse("act", command, step.observation[:RESULT_CHARS], step.ok))
+        return step.observation[:RESULT_CHARS]
+
+    @staticmethod
+    def _result(
+        turn: _Turn, text: str, start: float, status: str, failure: str | None
+    ) -> NodeResult:
+        return NodeResult(
+            text=text,
+            answer=extract_answer(text),
+            status=status,
+            failure_kind=failure,
+            tokens_in=turn.tokens_in,
+            tokens_out=turn.tokens_out,
+            model_calls=turn.model_calls,
+            tool_calls=turn.tool_calls,
+            latency_s=time.monotonic() - start,
+            tool_uses=tuple(turn.tool_uses),
+            evidence=tuple(turn.evidence),
+            env_steps=turn.env_steps,
+            env_last_ok=turn.env_last_ok,
+        )

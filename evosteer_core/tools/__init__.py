@@ -1,0 +1,1 @@
+"""Agent tools: the Python sandbox and search retrievers (SPEC §1.3)."""
