@@ -42,13 +42,15 @@ def span_incidence(
 
 
 def span_loss_matrix(flows: Tensor, delta_logp: Tensor, lengths: Tensor) -> Tensor:
-    """L_x [B] by the explicit span sum, vectorised over the spans of each trajectory."""
-    losses = []
-    for row, length in enumerate(lengths.tolist()):
+    """L_x [B] by the explicit span sum, vectorised over spans and over rows of equal length."""
+    losses = flows.new_zeros(flows.shape[0])
+    for length in sorted(set(lengths.tolist())):
+        rows = (lengths == length).nonzero().squeeze(1)
         starts, ends, incidence = span_incidence(length, flows.dtype)
-        residuals = flows[row, starts] - flows[row, ends] + incidence @ delta_logp[row, :length]
-        losses.append(residuals.pow(2).sum() / incidence.shape[0])
-    return torch.stack(losses)
+        sub = flows[rows]
+        residuals = sub[:, starts] - sub[:, ends] + delta_logp[rows, :length] @ incidence.T
+        losses = losses.index_put((rows,), residuals.pow(2).sum(dim=1) / incidence.shape[0])
+    return losses
 
 
 def span_coefficients_loop(flows: Tensor, delta_logp: Tensor, length: int) -> Tensor:
