@@ -1,0 +1,21 @@
+"""Benchmarks: task-table schema, JSONL loaders, IID/OOD task-type map, metrics, rewards."""
+
+from evosteer_core.benchmarks.loaders import CONVERTERS, load_benchmark
+from evosteer_core.benchmarks.rewards import evaluate, f1
+from evosteer_core.benchmarks.rows import BenchmarkDataError
+from evosteer_core.benchmarks.schema import TASK_SCHEMA, frame_to_records, records_to_frame
+from evosteer_core.benchmarks.taskmap import benchmarks_in, family_of, group_of
+
+__all__ = [
+    "CONVERTERS",
+    "TASK_SCHEMA",
+    "BenchmarkDataError",
+    "benchmarks_in",
+    "evaluate",
+    "f1",
+    "family_of",
+    "frame_to_records",
+    "group_of",
+    "load_benchmark",
+    "records_to_frame",
+]
