@@ -9,19 +9,25 @@ from evosteer_core.objectives.anchortb import (
 from evosteer_core.objectives.base import (
     Objective,
     ObjectiveOutput,
+    ScoredTrajectory,
     TrajectoryBatch,
     build_objective,
+    collate,
     objective_names,
     register_objective,
 )
+from evosteer_core.objectives.tb import TrajectoryBalance
 
 __all__ = [
     "AnchorTB",
     "Objective",
     "ObjectiveOutput",
+    "ScoredTrajectory",
+    "TrajectoryBalance",
     "TrajectoryBatch",
     "action_coefficients",
     "build_objective",
+    "collate",
     "implemented_flows",
     "objective_names",
     "register_objective",

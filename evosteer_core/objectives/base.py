@@ -9,6 +9,7 @@ which it is. Learned scalars an objective owns (log Z of TB) are its module para
 from __future__ import annotations
 
 from abc import abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar, TypeVar
 
@@ -116,6 +117,99 @@ class TrajectoryBatch:
             floating = isinstance(value, Tensor) and value.is_floating_point()
             if floating and not torch.isfinite(value).all():
                 raise ValueError(f"{f.name}: contains non-finite values")
+
+
+@dataclass
+class ScoredTrajectory:
+    """One trajectory of T ≥ 1 actions before padding; fields as in :class:`TrajectoryBatch`.
+
+    Per-action tensors have shape [T], per-state ones [T+1]; scalars are 0-d tensors or floats.
+    """
+
+    delta_logp: Tensor
+    u: Tensor | float
+    c: Tensor
+    b: Tensor
+    log_reward: Tensor | float
+    logp: Tensor | None = None
+    ref_logp: Tensor | None = None
+    old_logp: Tensor | None = None
+    reward: Tensor | float | None = None
+    group_id: int | None = None
+    token_counts: Tensor | None = None
+
+
+_PER_ACTION = ("delta_logp", "logp", "ref_logp", "old_logp", "token_counts")
+_PER_STATE = ("c", "b")
+
+
+def _trajectory_length(row: int, traj: ScoredTrajectory) -> int:
+    """T of one trajectory, after checking every per-action/per-state field's shape."""
+    if traj.delta_logp.dim() != 1 or traj.delta_logp.shape[0] < 1:
+        raise ValueError(
+            f"trajectory {row}: delta_logp must have shape [T] with T >= 1, "
+            f"got {tuple(traj.delta_logp.shape)}"
+        )
+    n_t = int(traj.delta_logp.shape[0])
+    expected = {name: (n_t,) for name in _PER_ACTION} | {name: (n_t + 1,) for name in _PER_STATE}
+    for name, shape in expected.items():
+        value = getattr(traj, name)
+        if value is not None and tuple(value.shape) != shape:
+            raise ValueError(
+                f"trajectory {row}: {name} must have shape {shape}, got {tuple(value.shape)}"
+            )
+    return n_t
+
+
+def collate(trajectories: Sequence[ScoredTrajectory]) -> TrajectoryBatch:
+    """Pad trajectories into a validated :class:`TrajectoryBatch` (zero padding, gradients kept).
+
+    An optional field is collated only when every trajectory has it; floats take the dtype of
+    the first trajectory's ``delta_logp``.
+    """
+    if not trajectories:
+        raise ValueError("collate: no trajectories")
+    lengths = [_trajectory_length(row, traj) for row, traj in enumerate(trajectories)]
+    max_t = max(lengths)
+    dtype = trajectories[0].delta_logp.dtype
+
+    def gather(name: str) -> list | None:
+        values = [getattr(t, name) for t in trajectories]
+        return None if any(v is None for v in values) else values
+
+    def padded(name: str, width: int) -> Tensor | None:
+        values = gather(name)
+        if values is None:
+            return None
+        return torch.stack([nn.functional.pad(v, (0, width - v.shape[0])) for v in values])
+
+    def stacked(name: str) -> Tensor | None:
+        values = gather(name)
+        return (
+            None
+            if values is None
+            else torch.stack([torch.as_tensor(v, dtype=dtype) for v in values])
+        )
+
+    lens = torch.tensor(lengths)
+    groups = gather("group_id")
+    batch = TrajectoryBatch(
+        delta_logp=padded("delta_logp", max_t),
+        action_mask=torch.arange(max_t)[None, :] < lens[:, None],
+        lengths=lens,
+        u=stacked("u"),
+        c=padded("c", max_t + 1),
+        b=padded("b", max_t + 1),
+        log_reward=stacked("log_reward"),
+        logp=padded("logp", max_t),
+        ref_logp=padded("ref_logp", max_t),
+        old_logp=padded("old_logp", max_t),
+        rewards=stacked("reward"),
+        group_ids=None if groups is None else torch.tensor(groups),
+        token_counts=padded("token_counts", max_t),
+    )
+    batch.validate()
+    return batch
 
 
 @dataclass
