@@ -142,7 +142,7 @@ class Episode:
         acts: list[Action] = []
         if g.output_id is not None and not self._env_open():
             acts.append(Action("STOP"))
-        for nid in self._selectable(include_non_output=False):
+        for nid in self._selectable(not self._output_role_possible(affordable)):
             if nid != g.output_id:
                 acts.append(Action("SET_OUTPUT", node_id=nid))
         new_id = g.next_node_id()
@@ -170,6 +170,13 @@ class Episode:
                 if target.role_id in affordable:
                     acts.append(Action("ADD_EDGE", source_id=nid, target_id=tid, protocol="revise"))
         return sorted(acts, key=Action.to_json)
+
+    def _output_role_possible(self, affordable: set[str]) -> bool:
+        """Whether a node of an output role is live or can still be added: while one can,
+        non-output roles (planner) are not selectable as the output (SPEC §1.1–1.2)."""
+        return any(
+            self.catalogue.role(n.role_id).output_ok for n in self.graph.nodes.values()
+        ) or any(r.output_ok for r in self.roles if r.role_id in affordable)
 
     def _finalizing_action(self) -> Action:
         """When the budget covers nothing more: STOP with an output, else SET_OUTPUT on the

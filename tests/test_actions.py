@@ -36,9 +36,7 @@ EXAMPLES = {
         )
     ],
     "SET_OUTPUT": [(Action("SET_OUTPUT", node_id="n0"), '{"kind":"SET_OUTPUT","node_id":"n0"}')],
-    "RERUN_AGENT": [
-        (Action("RERUN_AGENT", node_id="n0"), '{"kind":"RERUN_AGENT","node_id":"n0"}')
-    ],
+    "RERUN_AGENT": [(Action("RERUN_AGENT", node_id="n0"), '{"kind":"RERUN_AGENT","node_id":"n0"}')],
     "DROP_AGENT": [(Action("DROP_AGENT", node_id="n2"), '{"kind":"DROP_AGENT","node_id":"n2"}')],
     "STOP": [(Action("STOP"), '{"kind":"STOP"}')],
 }
@@ -116,6 +114,4 @@ def test_rejected_direct_construction() -> None:
 def test_actions_are_hashable_and_sort_deterministically() -> None:
     actions = [a for pairs in EXAMPLES.values() for a, _ in pairs]
     assert len(set(actions)) == len(actions)
-    assert sorted(actions, key=Action.to_json) == sorted(
-        reversed(actions), key=Action.to_json
-    )
+    assert sorted(actions, key=Action.to_json) == sorted(reversed(actions), key=Action.to_json)
