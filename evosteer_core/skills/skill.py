@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from evosteer_core.executors.base import SkillView
@@ -76,9 +77,9 @@ class Skill:
         """Canonical JSON of the six content fields; the id hashes exactly this text."""
         return canonical_json(self.content())
 
-    @property
+    @cached_property
     def skill_id(self) -> str:
-        """``evosteer-`` + the first 20 hex digits of sha256(canonical content JSON)."""
+        """``evosteer-`` + the first 20 hex digits of sha256(canonical content JSON) (cached)."""
         digest = hashlib.sha256(self.content_json().encode("utf-8")).hexdigest()
         return ID_PREFIX + digest[:ID_HEX_CHARS]
 
