@@ -67,13 +67,13 @@ def test_flow_correction_is_zero_at_init_and_trainable() -> None:
 
 
 def test_value_head_fit_lowers_mse() -> None:
-    features, family, target = synthetic_states(512, 3)
+    features, family, target = synthetic_states(256, 3)
     head = ValueHead(seed=11)
     with torch.no_grad():
         before = torch.mean((head(features, family) - target) ** 2).item()
     after_default = fit_value_head(head, features, family, target)  # 50 steps, lr 1e-3
     assert after_default < before
-    longer = fit_value_head(head, features, family, target, HeadFitConfig(steps=400, lr=1e-2))
+    longer = fit_value_head(head, features, family, target, HeadFitConfig(steps=250, lr=1e-2))
     assert longer < 0.25 * before
     with torch.no_grad():
         assert longer == pytest.approx(torch.mean((head(features, family) - target) ** 2).item())

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
@@ -166,31 +165,44 @@ def test_hessian_in_delta_logp_is_2_g_t_over_k_t(length: int) -> None:
     assert loss.item() >= (e @ e / k_t).item() - 1e-12
 
 
+def one_action_batch(roots: torch.Tensor) -> TrajectoryBatch:
+    """Prop. B.9's executor: for each root u0, two T = 1 trajectories with r = 0 and r = 1.
+
+    Both policies give the single action probability one, so Δℓ = 0; the scalar root is carried
+    by b at state 0 (u = c = 0, so the measured part is 0).
+    """
+    n = 2 * roots.shape[0]
+    b = torch.zeros(n, 2, dtype=torch.float64)
+    b[:, 0] = roots.repeat_interleave(2)
+    return TrajectoryBatch(
+        delta_logp=torch.zeros(n, 1, dtype=torch.float64),
+        action_mask=torch.ones(n, 1, dtype=torch.bool),
+        lengths=torch.ones(n, dtype=torch.long),
+        u=torch.zeros(n, dtype=torch.float64),
+        c=torch.zeros(n, 2, dtype=torch.float64),
+        b=b,
+        log_reward=torch.tensor([0.0, BETA], dtype=torch.float64).repeat(roots.shape[0]),
+    )
+
+
 def test_b9_one_action_executor_root_minimum() -> None:
-    """Prop. B.9: rewards 0/1 w.p. 1/2, Δℓ = 0, T = 1: loss(u0) minimised at β/2, min β²/4."""
-    grid = np.linspace(-1.0, 3.0, 4001)
-    objective = AnchorTB(beta=BETA)
-    expected_loss = []
-    for u0 in grid:
-        batch = TrajectoryBatch(
-            delta_logp=torch.zeros(2, 1, dtype=torch.float64),
-            action_mask=torch.ones(2, 1, dtype=torch.bool),
-            lengths=torch.tensor([1, 1]),
-            u=torch.zeros(2, dtype=torch.float64),
-            c=torch.zeros(2, 2, dtype=torch.float64),
-            b=torch.full((2, 2), float(u0), dtype=torch.float64),  # scalar root carried by b
-            log_reward=torch.tensor([0.0, BETA], dtype=torch.float64),
-        )
-        expected_loss.append(
-            objective(batch).loss.item()
-        )  # mean over the two equiprobable outcomes
-    best = int(np.argmin(expected_loss))
-    assert grid[best] == pytest.approx(BETA / 2, abs=1e-3)
-    assert expected_loss[best] == pytest.approx(BETA**2 / 4, abs=1e-6)
-    closed_form = (grid - BETA / 2) ** 2 + BETA**2 / 4
-    np.testing.assert_allclose(expected_loss, closed_form, rtol=1e-12)
+    """Prop. B.9: E loss(u0) over the two equiprobable outcomes is minimised at β/2, min β²/4."""
+    grid = torch.linspace(-1.0, 3.0, 801, dtype=torch.float64)
+    batch = one_action_batch(grid)
+    per_traj = trajectory_losses(implemented_flows(batch, BETA), batch.delta_logp, batch.lengths)
+    expected_loss = per_traj.view(-1, 2).mean(dim=1)
+    best = int(torch.argmin(expected_loss))
+    assert grid[best].item() == pytest.approx(BETA / 2, abs=1e-9)
+    assert expected_loss[best].item() == pytest.approx(BETA**2 / 4, abs=1e-12)
+    torch.testing.assert_close(expected_loss, (grid - BETA / 2) ** 2 + BETA**2 / 4)
+    # the objective itself, at the optimum and at the ideal root log((1 + e^β)/2)
     ideal_root = math.log((1 + math.exp(BETA)) / 2)
-    assert ideal_root != pytest.approx(BETA / 2, abs=0.1)
+    at_opt = AnchorTB(beta=BETA)(one_action_batch(torch.tensor([BETA / 2], dtype=torch.float64)))
+    at_ideal = AnchorTB(beta=BETA)(
+        one_action_batch(torch.tensor([ideal_root], dtype=torch.float64))
+    )
+    assert at_opt.loss.item() == pytest.approx(BETA**2 / 4)
+    assert at_ideal.loss.item() > at_opt.loss.item() + 0.1
 
 
 def test_terminal_flow_ignores_b_and_measured_terms_get_no_gradient() -> None:
