@@ -175,6 +175,7 @@ def _run_windows(
     config: RoundConfig,
 ) -> tuple[SkillLibrary, list[WindowOutcome]]:
     outcomes: list[WindowOutcome] = []
+    prompts = [*source_prompts, *(t.prompt for t in evidence_pool)]
     for family in window_families(step, library, evidence_pool, config.warmup_steps):
         stats = family_stats(family, library, evidence_pool)
         evidence = select_evidence(evidence_pool, family, config.max_evidence)
@@ -190,7 +191,6 @@ def _run_windows(
             rej = Rejection("malformed_output", f"author returned {proposal!r} for {family!r}")
             outcomes.append(WindowOutcome(family, "rejected", rejection=rej))
             continue
-        prompts = [*source_prompts, *(t.prompt for t in evidence)]
         library, rejection = library.admit(proposal, step, prompts, config.style)
         if rejection is None:
             outcomes.append(WindowOutcome(family, "admitted", skill_id=proposal.skill_id))
@@ -231,7 +231,7 @@ def validation_round(
 
     ``library`` must be the snapshot the batch's pairs were rolled out with; ``evidence_pool``
     holds :class:`~evosteer_core.skills.author.TrajectorySummary` rows; ``source_prompts``
-    are extra task prompts checked for leakage (the evidence prompts always are).
+    are extra task prompts checked for leakage (every evidence-pool prompt always is).
     """
     counts = tally(pair_outcomes)
     new_ledger, registered, superseded = _record_pairs(library, ledger, counts, step, reference_id)
