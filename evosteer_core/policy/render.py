@@ -1,0 +1,127 @@
+"""Prompt renderers: the orchestrator's view of a public episode state (SPEC §1.6).
+
+The input is the dict produced by ``Episode.public_state()`` (keys: family, task, roles,
+skill_menu, graph, history, features, budget, value, value_change, legal_actions).
+Every rendered prompt is ``system text + SYSTEM_SEPARATOR + body``; the system text contains
+no ``SYSTEM_SEPARATOR``, so prompt truncation can keep it while cutting the body from the left.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from evosteer_core.actions import canonical_json
+
+SYSTEM_SEPARATOR = "\n\n"
+"""Ends the system text of every prompt (the first occurrence marks its end)."""
+
+OUTPUT_EDGE_CHARS = 1200
+"""A node output longer than twice this is shown as its first and last this many characters."""
+
+COMPACT_HISTORY = 4
+"""How many of the latest history entries the compact renderer shows."""
+
+COMPACT_TASK_CHARS = 160
+COMPACT_ANSWER_CHARS = 24
+COMPACT_HISTORY_CHARS = 120
+COMPACT_SKILL_CHARS = 6
+"""Compact prompts show a skill id by its first hex digits (the grammar mask completes it)."""
+
+SYSTEM_FULL = (
+    "You orchestrate a team of language-model agents that solve one task together. "
+    "The state below lists the task, the roles, the skill menu, the communication graph "
+    "(nodes, edges, output node), the action history with observations, the execution "
+    "features, the budget used, the reference value and its change, and the legal actions. "
+    "Reply with exactly one legal action as canonical JSON."
+)
+SYSTEM_COMPACT = "Orchestrate agents. Reply with one legal action as JSON."
+
+_REQUIRED_KEYS = (
+    "family",
+    "task",
+    "roles",
+    "skill_menu",
+    "graph",
+    "history",
+    "features",
+    "budget",
+    "value",
+    "value_change",
+    "legal_actions",
+)
+
+
+def _check_state(state: dict[str, Any]) -> None:
+    missing = [k for k in _REQUIRED_KEYS if k not in state]
+    if missing:
+        raise ValueError(f"public state lacks keys {missing}; expected {list(_REQUIRED_KEYS)}")
+    if len(state["features"]) != 30:
+        raise ValueError(f"public state 'features' has {len(state['features'])} values, expected 30")
+
+
+def clip_output(text: str | None, edge: int = OUTPUT_EDGE_CHARS) -> str | None:
+    """First and last ``edge`` characters of a long text, joined by an elision mark."""
+    if text is None or len(text) <= 2 * edge:
+        return text
+    return f"{text[:edge]}\n[... {len(text) - 2 * edge} characters omitted ...]\n{text[-edge:]}"
+
+
+def render_full(state: dict[str, Any]) -> str:
+    """System text + canonical JSON of the whole public state, node outputs clipped."""
+    _check_state(state)
+    graph = dict(state["graph"])
+    graph["nodes"] = [{**node, "output": clip_output(node.get("output"))} for node in graph["nodes"]]
+    return SYSTEM_FULL + SYSTEM_SEPARATOR + canonical_json({**state, "graph": graph})
+
+
+def _rounded(x: float | None) -> str:
+    return "none" if x is None else f"{x:.2f}"
+
+
+def _short_skill(skill_id: str) -> str:
+    return skill_id.removeprefix("evosteer-")[:COMPACT_SKILL_CHARS]
+
+
+def _node_line(node: dict[str, Any]) -> str:
+    skills = ",".join(_short_skill(s) for s in node.get("skills") or []) or "-"
+    answer = node.get("answer")
+    answer = "-" if answer is None else str(answer)[:COMPACT_ANSWER_CHARS]
+    return f"{node['id']} {node['role']} {node.get('status', '-')} skills={skills} ans={answer}"
+
+
+def render_compact(state: dict[str, Any]) -> str:
+    """A short text for small backbones: family, graph summary, features, v̂, Δv̂, recent actions."""
+    _check_state(state)
+    graph = state["graph"]
+    edges = " ".join(f"{s}>{t}:{p}" for s, t, p in graph["edges"]) or "-"
+    menu = " ".join(_short_skill(item["id"]) for item in state["skill_menu"]) or "-"
+    budget = state["budget"]
+    lines = [
+        f"family {state['family']}",
+        f"task {state['task'][:COMPACT_TASK_CHARS]}",
+        f"roles {' '.join(state['roles'])}",
+        f"skills {menu}",
+        *(_node_line(node) for node in graph["nodes"]),
+        f"edges {edges}",
+        f"output {graph['output'] or '-'}",
+        "f " + " ".join(f"{x:.1f}" for x in state["features"]),
+        "budget "
+        + " ".join(
+            f"{budget[k]:.1f}"
+            for k in ("tokens_used_frac", "tool_calls_used_frac", "wall_used_frac", "model_calls_used_frac")
+        ),
+        f"v {_rounded(state['value'])} dv {_rounded(state['value_change'])}",
+        *(f"> {entry[:COMPACT_HISTORY_CHARS]}" for entry in state["history"][-COMPACT_HISTORY:]),
+        "action:",
+    ]
+    return SYSTEM_COMPACT + SYSTEM_SEPARATOR + "\n".join(lines)
+
+
+RENDERERS = {"full": render_full, "compact": render_compact}
+
+
+def render(state: dict[str, Any], kind: str) -> str:
+    """Render with the renderer named ``kind`` ("full" or "compact")."""
+    if kind not in RENDERERS:
+        raise ValueError(f"unknown renderer {kind!r}; expected one of {sorted(RENDERERS)}")
+    return RENDERERS[kind](state)

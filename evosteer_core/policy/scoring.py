@@ -1,0 +1,75 @@
+"""Teacher-forced scoring ℓ(a|s) of actions under θ (adapter on) or ρ (adapter off) (SPEC §1.6).
+
+ℓ(a|s) = Σ_j log softmax over the allowed set at position j of a's token sequence; a forced
+position (one allowed token) contributes exactly 0, so only branching positions are computed.
+Each micro-batch is one forward pass over prompt + action tokens (right padding, explicit
+positions); θ and ρ see the same prompt, tokens and mask.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from evosteer_core.policy.backbone import Policy
+from evosteer_core.policy.batch import right_pad
+from evosteer_core.policy.trie import ActionTrie
+
+DEFAULT_BATCH = 64
+"""Decisions per forward pass."""
+
+
+def score_actions(
+    policy: Policy,
+    prompts: Sequence[str],
+    action_texts: Sequence[str],
+    legal: Sequence[Sequence[str]],
+    use_adapter: bool,
+    requires_grad: bool,
+    batch_size: int = DEFAULT_BATCH,
+) -> torch.Tensor:
+    """ℓ(action_texts[i] | prompts[i]) under the grammar mask of ``legal[i]``: float32 [B].
+
+    ``use_adapter`` selects θ (True) or ρ (False); with ``requires_grad`` the result carries a
+    graph into the LoRA parameters, otherwise it is computed without autograd.
+    """
+    if not len(prompts) == len(action_texts) == len(legal):
+        raise ValueError(
+            f"batch sizes differ: {len(prompts)} prompts, {len(action_texts)} actions, "
+            f"{len(legal)} legal sets"
+        )
+    tok = policy.tokenizer
+    items = []  # (row, prompt ids, action ids, allowed per position)
+    for row, (prompt, text, actions) in enumerate(zip(prompts, action_texts, legal, strict=True)):
+        trie = ActionTrie(actions, tok)
+        index = trie.index_of(text)
+        allowed = trie.path_allowed(index)
+        if any(len(a) > 1 for a in allowed):
+            items.append((row, tok.encode_prompt(prompt), trie.sequences[index], allowed))
+    scores = torch.zeros(len(prompts), dtype=torch.float32, device=policy.device)
+    items.sort(key=lambda item: len(item[1]) + len(item[2]))
+    grad = torch.enable_grad() if requires_grad else torch.no_grad()
+    with grad, policy.adapter_context(use_adapter):
+        for start in range(0, len(items), batch_size):
+            chunk = items[start : start + batch_size]
+            ids, mask, pos = right_pad([p + list(a[:-1]) for _, p, a, _ in chunk], tok.pad_id)
+            hidden, _ = policy.hidden(ids, mask, pos)
+            slots, places, targets, rows, masks = [], [], [], [], []
+            for slot, (row, prompt_ids, action_ids, allowed) in enumerate(chunk):
+                for j, options in enumerate(allowed):
+                    if len(options) > 1:
+                        slots.append(slot)
+                        places.append(len(prompt_ids) - 1 + j)
+                        targets.append(options.index(action_ids[j]))
+                        rows.append(row)
+                        masks.append(options)
+            logits = policy.logits(hidden[torch.tensor(slots), torch.tensor(places)])
+            width = max(len(m) for m in masks)
+            option_ids = torch.tensor([list(m) + [m[0]] * (width - len(m)) for m in masks])
+            valid = torch.tensor([[k < len(m) for k in range(width)] for m in masks])
+            sub = logits.gather(1, option_ids.to(logits.device))
+            sub = sub.masked_fill(~valid.to(logits.device), float("-inf"))
+            picked = torch.log_softmax(sub, dim=1)[torch.arange(len(targets)), torch.tensor(targets)]
+            scores = scores.index_add(0, torch.tensor(rows, device=scores.device), picked)
+    return scores

@@ -1,0 +1,233 @@
+"""Policy: tiny backbone, LoRA θ/ρ, grammar-masked sampling and scoring, h_ρ (SPEC §1.6)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from evosteer_core.policy.backbone import Policy, PolicyConfig, load_policy, tiny_model_folder
+from evosteer_core.policy.encode import encode_h_rho
+from evosteer_core.policy.render import render_compact
+from evosteer_core.policy.sampling import sample_actions
+from evosteer_core.policy.scoring import score_actions
+from evosteer_core.policy.tokenizer import TokenizationError
+from evosteer_core.policy.trie import ActionTrie
+from evosteer_core.policy.vocabulary import random_legal_set, random_public_state
+from evosteer_core.seeding import derive_seed, numpy_rng, torch_generator
+
+LORA_R = 8
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return str(tmp_path_factory.mktemp("policy-cache"))
+
+
+def _policy(cache_dir: str, perturbed: bool) -> Policy:
+    policy = load_policy(PolicyConfig(cache_dir=cache_dir, lora_r=LORA_R, lora_alpha=16.0))
+    if perturbed:
+        gen = torch.Generator().manual_seed(7)
+        with torch.no_grad():
+            for name, param in sorted(policy.model.named_parameters()):
+                if "lora_B" in name:
+                    param.copy_(torch.randn(param.shape, generator=gen) * 0.5)
+    return policy
+
+
+@pytest.fixture(scope="module")
+def fresh(cache_dir: str) -> Policy:
+    return _policy(cache_dir, perturbed=False)
+
+
+@pytest.fixture(scope="module")
+def trained(cache_dir: str) -> Policy:
+    """A policy whose adapter is non-zero, so θ differs from ρ."""
+    return _policy(cache_dir, perturbed=True)
+
+
+def _batch(n: int, seed: int) -> tuple[list[str], list[list[str]]]:
+    rng = numpy_rng("test-policy", seed)
+    states = [random_public_state(rng) for _ in range(n)]
+    return [render_compact(s) for s in states], [s["legal_actions"] for s in states]
+
+
+def _generators(n: int, tag: str) -> list[torch.Generator]:
+    return [torch_generator("test-sample", tag, i) for i in range(n)]
+
+
+def _independent_score(policy: Policy, prompt: str, text: str, legal: list[str], adapter: bool) -> float:
+    """ℓ via the peft model's own forward on one unpadded sequence, summing every position."""
+    tok = policy.tokenizer
+    trie = ActionTrie(legal, tok)
+    index = legal.index(text)
+    prompt_ids = tok.encode_prompt(prompt)
+    ids = torch.tensor([prompt_ids + list(trie.sequences[index])])
+    with torch.no_grad(), policy.adapter_context(adapter):
+        logits = policy.model(input_ids=ids).logits[0].double()
+    total = 0.0
+    for j, (token, allowed) in enumerate(zip(trie.sequences[index], trie.path_allowed(index), strict=True)):
+        row = logits[len(prompt_ids) - 1 + j, list(allowed)]
+        total += float(torch.log_softmax(row, 0)[allowed.index(token)])
+    return total
+
+
+def test_sampled_actions_are_legal_and_logp_matches_scoring(trained: Policy) -> None:
+    prompts, legal = _batch(24, 0)
+    legal[3] = legal[3][:1]  # a decision with a single legal action
+    out = sample_actions(trained, prompts, legal, _generators(24, "a"))
+    for sample, actions in zip(out, legal, strict=True):
+        assert sample.text in actions and actions[sample.index] == sample.text
+        assert len(sample.allowed) == len(sample.token_ids)
+        assert all(t in a for t, a in zip(sample.token_ids, sample.allowed, strict=True))
+    assert out[3].logp == 0.0
+    scored = score_actions(trained, prompts, [s.text for s in out], legal, True, False)
+    assert torch.allclose(scored, torch.tensor([s.logp for s in out]), atol=1e-5)
+
+
+def test_sampling_is_reproducible_bitwise(trained: Policy) -> None:
+    prompts, legal = _batch(16, 1)
+    first = sample_actions(trained, prompts, legal, _generators(16, "b"))
+    second = sample_actions(trained, prompts, legal, _generators(16, "b"))
+    assert first == second
+    other = sample_actions(trained, prompts, legal, _generators(16, "c"))
+    assert [s.text for s in other] != [s.text for s in first]
+
+
+def test_sampling_follows_the_restricted_distribution(trained: Policy) -> None:
+    prompt, legal = _batch(1, 2)
+    legal = [legal[0][:4]]
+    n = 400
+    out = sample_actions(trained, prompt * n, legal * n, _generators(n, "freq"))
+    counts = np.bincount([s.index for s in out], minlength=4) / n
+    probs = score_actions(trained, prompt * 4, legal[0], legal * 4, True, False).exp().numpy()
+    assert np.abs(counts - probs).max() < 4 * math.sqrt(0.25 / n)
+
+
+def test_score_matches_independent_forward_and_forced_positions_add_zero(trained: Policy) -> None:
+    prompts, legal = _batch(6, 3)
+    rng = numpy_rng("test-score-pick")
+    texts = [str(rng.choice(actions)) for actions in legal]
+    for adapter in (True, False):
+        scores = score_actions(trained, prompts, texts, legal, adapter, False)
+        for i in range(6):
+            expected = _independent_score(trained, prompts[i], texts[i], legal[i], adapter)
+            assert scores[i].item() == pytest.approx(expected, abs=1e-4)
+    single = score_actions(trained, prompts[:1], legal[0][:1], [legal[0][:1]], True, False)
+    assert single.item() == 0.0
+
+
+def test_probabilities_of_all_legal_actions_sum_to_one(trained: Policy) -> None:
+    prompt, legal = _batch(1, 4)
+    actions = legal[0]
+    scores = score_actions(trained, prompt * len(actions), actions, [actions] * len(actions), True, False)
+    assert scores.double().exp().sum().item() == pytest.approx(1.0, abs=1e-5)
+
+
+def test_theta_equals_rho_at_initialization(fresh: Policy, trained: Policy) -> None:
+    prompts, legal = _batch(8, 5)
+    texts = [a[len(a) // 2] for a in legal]
+    theta = score_actions(fresh, prompts, texts, legal, True, False)
+    rho = score_actions(fresh, prompts, texts, legal, False, False)
+    assert torch.equal(theta, rho)
+    assert not torch.equal(
+        score_actions(trained, prompts, texts, legal, True, False),
+        score_actions(trained, prompts, texts, legal, False, False),
+    )
+    assert torch.equal(rho, score_actions(trained, prompts, texts, legal, False, False))
+
+
+def test_gradients_reach_lora_parameters_only_when_requested(trained: Policy) -> None:
+    prompts, legal = _batch(4, 6)
+    texts = [a[0] for a in legal]
+    trained.model.zero_grad(set_to_none=True)
+    assert not score_actions(trained, prompts, texts, legal, True, False).requires_grad
+    loss = -score_actions(trained, prompts, texts, legal, True, True).sum()
+    loss.backward()
+    for name, param in trained.model.named_parameters():
+        if "lora_" in name:
+            assert param.grad is not None and param.grad.abs().sum() > 0, name
+        else:
+            assert not param.requires_grad and param.grad is None, name
+    trained.model.zero_grad(set_to_none=True)
+
+
+def test_h_rho_is_rms_normalized_reference_state(trained: Policy, fresh: Policy) -> None:
+    prompts, _ = _batch(5, 7)
+    h = encode_h_rho(trained, prompts, batch_size=2)
+    assert h.shape == (5, 128) and not h.requires_grad
+    assert torch.allclose(h.pow(2).mean(dim=1), torch.ones(5), atol=1e-3)
+    assert torch.allclose(h, encode_h_rho(fresh, prompts), atol=1e-5)
+    ids = torch.tensor([trained.tokenizer.encode_prompt(prompts[0])])
+    with torch.no_grad(), trained.reference():
+        last = trained.model(input_ids=ids, output_hidden_states=True).hidden_states[-1][0, -1]
+    expected = last / torch.sqrt(last.pow(2).mean() + 1e-6)
+    assert torch.allclose(h[0], expected, atol=1e-5)
+
+
+def test_adapter_state_round_trips_deterministically(cache_dir: str, trained: Policy) -> None:
+    data = trained.adapter_bytes()
+    assert data == trained.adapter_bytes()
+    other = _policy(cache_dir, perturbed=False)
+    other.load_adapter_bytes(data)
+    assert other.adapter_bytes() == data
+    prompts, legal = _batch(3, 8)
+    texts = [a[-1] for a in legal]
+    assert torch.equal(
+        score_actions(other, prompts, texts, legal, True, False),
+        score_actions(trained, prompts, texts, legal, True, False),
+    )
+    with pytest.raises(ValueError, match="adapter state mismatch"):
+        other.load_adapter_state_dict({"nope": torch.zeros(1)})
+
+
+def test_tiny_folder_is_deterministic_and_reloads(tmp_path, cache_dir: str) -> None:
+    first = tiny_model_folder(tmp_path / "a", seed=3)
+    second = tiny_model_folder(tmp_path / "b", seed=3)
+    assert (first / "model.safetensors").read_bytes() == (second / "model.safetensors").read_bytes()
+    third = tiny_model_folder(tmp_path / "c", seed=4)
+    a, c = load_file(first / "model.safetensors"), load_file(third / "model.safetensors")
+    assert any(not torch.equal(a[k], c[k]) for k in a)
+    assert tiny_model_folder(tmp_path / "a", seed=3) == first
+    model = AutoModelForCausalLM.from_pretrained(first)
+    tokenizer = AutoTokenizer.from_pretrained(first)
+    assert tokenizer.eos_token_id is not None and model.config.vocab_size == len(tokenizer)
+    for name, tensor in model.state_dict().items():
+        key = name if name in a else None
+        if key:
+            assert torch.equal(tensor, a[key]), name
+
+
+def test_prompt_truncation_keeps_system_text(fresh: Policy) -> None:
+    tok = fresh.tokenizer
+    system = "System rules here.\n\n"
+    body = " ".join(f"word{i}" for i in range(3000))
+    ids = tok.encode_prompt(system + body)
+    assert len(ids) == tok.max_prompt_tokens
+    system_ids = tok.hf.encode(system, add_special_tokens=False)
+    assert ids[: len(system_ids)] == system_ids
+    assert tok.hf.decode(ids[len(system_ids) :]).endswith("word2999")
+
+
+def test_config_errors_name_the_field() -> None:
+    with pytest.raises(ValueError, match="dtype"):
+        PolicyConfig(dtype="float8")
+    with pytest.raises(ValueError, match="renderer"):
+        PolicyConfig(renderer="fancy")
+    with pytest.raises(ValueError, match="lora_r"):
+        PolicyConfig(lora_r=0)
+
+
+def test_legal_sets_tokenize_and_round_trip(fresh: Policy) -> None:
+    rng = numpy_rng("test-vocab", derive_seed(9))
+    for _ in range(50):
+        for text in random_legal_set(rng):
+            ids = fresh.tokenizer.encode_action(text)
+            assert ids[-1] == fresh.tokenizer.eos_id
+            assert fresh.tokenizer.hf.decode(list(ids[:-1])) == text
+    with pytest.raises(TokenizationError, match="EOS"):
+        fresh.tokenizer.encode_action('{"kind":"STOP"}<|endoftext|>')
