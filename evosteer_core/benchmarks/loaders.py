@@ -14,8 +14,8 @@ import builtins
 from collections.abc import Callable
 from pathlib import Path
 
+from evosteer_core.answers import last_boxed
 from evosteer_core.benchmarks.humaneval import HUMANEVAL_FILE, humaneval_record
-from evosteer_core.benchmarks.metrics import last_boxed
 from evosteer_core.benchmarks.rows import BenchmarkDataError, Row, RowError, read_jsonl
 from evosteer_core.benchmarks.schema import CHOICE_LETTERS, records_to_frame
 from evosteer_core.benchmarks.taskmap import family_of
@@ -258,7 +258,7 @@ def mbpp_plus_record(row: Row) -> TaskRecord:
     elif examples:
         entry_point = _called_function(examples[0]) or ""
     else:
-        raise row.error("entry_point", "a function name (or a test_list to find it)", None)
+        raise row.error("entry_point", "a function name (or a test_list to find it)", missing=True)
     if not entry_point.isidentifier():
         raise row.error("entry_point", "a Python identifier", entry_point)
     imports = row.text_list("test_imports", allow_empty=True) if row.has("test_imports") else []

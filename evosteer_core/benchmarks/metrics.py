@@ -14,28 +14,21 @@ from collections import Counter
 from collections.abc import Sequence
 from fractions import Fraction
 
+from evosteer_core.answers import cued_span, largest_code_block, last_boxed
 from evosteer_core.executors.base import Environment
 from evosteer_core.tools.sandbox import run_python, run_tests
 
 # ---------------------------------------------------------------- final-answer extraction
 
-_CUE = re.compile(r"answer\s*(?:is\b|:)", re.IGNORECASE)
-_DECORATION = " \t*_`:\"'"
-
 
 def final_answer_text(reply: str) -> str:
-    """The stated answer: text after the last "answer is"/"answer:" cue, else the last line.
-
-    After a cue the rest of that line is taken (or the next non-empty line when the cue ends
-    its line), so explanations on later lines do not dilute the answer.
-    """
-    cues = list(_CUE.finditer(reply))
-    if cues:
-        rest = reply[cues[-1].end() :]
-        lines = [line.strip(_DECORATION) for line in rest.splitlines()]
-        return next((line for line in lines if line), "")
-    lines = [line.strip(_DECORATION) for line in reply.splitlines()]
-    return next((line for line in reversed(lines) if line), "")
+    """The stated answer (SPEC §1.10): the span after the last "answer is"/"answer:" cue
+    (``answers.cued_span``), else the last non-empty line."""
+    cued = cued_span(reply)
+    if cued is not None:
+        return cued
+    lines = [line.strip() for line in reply.splitlines() if line.strip()]
+    return lines[-1] if lines else ""
 
 
 # ---------------------------------------------------------------- SQuAD EM / F1
@@ -145,27 +138,7 @@ def mcq_correct(reply: str, choices: Sequence[str], gold_letter: str) -> float:
     return float(chosen == gold_letter.upper())
 
 
-# ---------------------------------------------------------------- boxed / numbers
-
-_BOXED = re.compile(r"\\(?:boxed|fbox)\s*")
-
-
-def last_boxed(text: str) -> str | None:
-    """Content of the last ``\\boxed{...}`` (balanced braces) or ``\\boxed x``; None if none."""
-    starts = [m.end() for m in _BOXED.finditer(text)]
-    for start in reversed(starts):
-        if start < len(text) and text[start] == "{":
-            depth = 0
-            for i in range(start, len(text)):
-                depth += {"{": 1, "}": -1}.get(text[i], 0)
-                if depth == 0:
-                    return text[start + 1 : i].strip()
-            continue  # unbalanced: try an earlier box
-        token = re.match(r"[^\s$]+", text[start:])
-        if token:
-            return token.group(0)
-    return None
-
+# ---------------------------------------------------------------- numbers / AIME
 
 _NUMBER = re.compile(r"-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|-?\.\d+")
 _HASHES = re.compile(r"####\s*(\S+)")
@@ -206,11 +179,9 @@ def extract_integer(reply: str) -> int | None:
     hashes = _HASHES.findall(reply)
     if hashes:
         return _as_aime_integer(hashes[-1])
-    cues = list(_CUE.finditer(reply))
-    if cues:
-        after = _NUMBER.search(reply, cues[-1].end())
-        if after:
-            return _as_aime_integer(after.group(0))
+    cued = _NUMBER.search(cued_span(reply) or "")
+    if cued:
+        return _as_aime_integer(cued.group(0))
     numbers = _NUMBER.findall(reply)
     return _as_aime_integer(numbers[-1]) if numbers else None
 
@@ -310,19 +281,18 @@ def math_correct(reply: str, aliases: Sequence[str]) -> float:
 
 # ---------------------------------------------------------------- code
 
-_FENCE = re.compile(r"```[^\n`]*\n(.*?)```", re.DOTALL)
 _OPEN_FENCE = re.compile(r"```[^\n`]*\n(.*)\Z", re.DOTALL)
 
 
 def extract_program(reply: str) -> str:
-    """The program in a reply: the largest fenced block (the last among equals); an
-    unterminated final fence (a truncated reply) counts; with no fence, the whole text."""
-    blocks = _FENCE.findall(reply)
-    if not blocks:
-        tail = _OPEN_FENCE.search(reply)
-        return tail.group(1) if tail else reply
-    longest = max(range(len(blocks)), key=lambda i: (len(blocks[i].strip()), i))
-    return blocks[longest]
+    """The program in a reply: the largest fenced block (``answers.largest_code_block``);
+    else the text after an unterminated opening fence (a truncated reply); else the whole
+    text."""
+    block = largest_code_block(reply)
+    if block is not None:
+        return block
+    tail = _OPEN_FENCE.search(reply)
+    return tail.group(1) if tail else reply
 
 
 def complete_from_prompt(prompt_code: str, program: str, entry_point: str) -> str:

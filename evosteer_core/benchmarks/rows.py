@@ -58,7 +58,8 @@ class Row:
         for key in keys:
             if self.has(key):
                 return key
-        raise self.error(" | ".join(keys), "one of these fields", missing=True)
+        expected = "a value" if len(keys) == 1 else "one of these fields"
+        raise self.error(" | ".join(keys), expected, missing=True)
 
     def raw(self, key: str) -> Any:
         if not self.has(key):

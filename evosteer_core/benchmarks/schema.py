@@ -103,15 +103,20 @@ def validate_frame(frame: pd.DataFrame) -> pd.DataFrame:
 
 def _describe_failures(frame: pd.DataFrame, cases: pd.DataFrame) -> str:
     lines = ["task table failed validation:"]
-    for (column, check), group in cases.groupby(["column", "check"], dropna=False, sort=False):
-        rows = sorted({int(i) for i in group["index"].dropna()})
+    cases = cases.assign(
+        target=[
+            f"column {col!r}" if ctx == "Column" else "row rule"
+            for ctx, col in zip(cases["schema_context"], cases["column"], strict=True)
+        ]
+    )
+    for (target, check), group in cases.groupby(["target", "check"], dropna=False, sort=False):
+        rows = list(dict.fromkeys(group["index"].dropna()))
         if "record_id" in frame.columns and rows:
-            where = ", ".join(repr(frame["record_id"].iloc[i]) for i in rows[:5])
+            where = ", ".join(repr(frame.at[label, "record_id"]) for label in rows[:5])
             where = f"records {where}" + (f" and {len(rows) - 5} more" if len(rows) > 5 else "")
         else:
             shown = group["failure_case"].dropna().astype(str).unique()[:5]
             where = "; ".join(shown) or "table level"
-        target = "row rule" if column == "task_records" else f"column {column!r}"
         lines.append(f"  {target}: expected {check}: {where}")
     return "\n".join(lines)
 
