@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -73,5 +74,5 @@ class AnchorConfig:
 
 def check_reward(value: float, what: str) -> None:
     """Raise if ``value`` is not a finite number in [0, 1]."""
-    if not (isinstance(value, int | float) and math.isfinite(value) and 0.0 <= value <= 1.0):
+    if not (isinstance(value, numbers.Real) and math.isfinite(value) and 0.0 <= value <= 1.0):
         raise ValueError(f"{what}: expected a number in [0, 1], got {value!r}")
