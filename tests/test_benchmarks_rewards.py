@@ -120,3 +120,16 @@ def test_humaneval_canonical_solution_passes(index: int) -> None:
 )
 def test_humaneval_wrong_or_empty_scores_zero(reply: str) -> None:
     assert evaluate(HUMANEVAL[0], reply) == 0.0
+
+
+@pytest.mark.slow
+def test_every_humaneval_canonical_solution_passes() -> None:
+    failed = [
+        r.record_id
+        for r in HUMANEVAL
+        if evaluate(
+            r, PROBLEMS[r.record_id]["prompt"] + PROBLEMS[r.record_id]["canonical_solution"]
+        )
+        != 1.0
+    ]
+    assert failed == []
