@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pandas as pd
 import pytest
 
 from evosteer_core.benchmarks.schema import (
     COLUMNS,
     frame_to_records,
+    read_task_table,
     records_to_frame,
     validate_frame,
+    write_task_table,
 )
 from evosteer_core.records import TaskRecord
 
@@ -96,3 +101,41 @@ def test_extra_column_rejected() -> None:
     frame["gold_patch"] = ""
     with pytest.raises(ValueError, match="gold_patch"):
         validate_frame(frame)
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".parquet"])
+def test_task_table_file_round_trip(tmp_path: Path, suffix: str) -> None:
+    records = [
+        *RECORDS,
+        TaskRecord(
+            "w1",
+            "webshop",
+            "alfworld",
+            "Buy x",
+            "interactive",
+            meta={"price_upper": 40.0, "attributes": ["a"]},
+        ),
+    ]
+    path = write_task_table(records, tmp_path / f"table{suffix}")
+    back = read_task_table(path)
+    assert back == records
+    assert [r.meta for r in back] == [r.meta for r in records]
+
+
+def test_task_table_file_validated(tmp_path: Path) -> None:
+    path = tmp_path / "bad.jsonl"
+    row = {c: "" for c in COLUMNS} | {
+        "record_id": "x",
+        "source": "s",
+        "family": "aime",
+        "prompt": "P",
+        "metric": "aime",
+        "answers": ["2000"],
+        "choices": [],
+        "meta": {},
+    }
+    path.write_text(json.dumps(row) + "\n")
+    with pytest.raises(ValueError, match="row rule: expected gold fields fit the metric.*'x'"):
+        read_task_table(path)
+    with pytest.raises(FileNotFoundError, match="task table not found"):
+        read_task_table(tmp_path / "none.parquet")

@@ -8,8 +8,10 @@ the metric, so a table that validates can be scored.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import fields
+from pathlib import Path
 
 import pandas as pd
 import pandera.pandas as pa
@@ -152,3 +154,33 @@ def frame_to_records(frame: pd.DataFrame) -> list[TaskRecord]:
         )
         for row in frame.to_dict("records")
     ]
+
+
+def write_task_table(records: Iterable[TaskRecord], path: str | Path) -> Path:
+    """Write records as a validated task table: ``.parquet``, or JSONL for any other suffix.
+
+    Parquet stores ``meta`` as JSON text: its dicts differ per benchmark, which a columnar
+    struct type cannot hold.
+    """
+    path = Path(path)
+    frame = records_to_frame(records)
+    if path.suffix == ".parquet":
+        frame.assign(meta=frame["meta"].map(json.dumps)).to_parquet(path, index=False)
+    else:
+        frame.to_json(path, orient="records", lines=True, force_ascii=False)
+    return path
+
+
+def read_task_table(path: str | Path) -> list[TaskRecord]:
+    """Read a task table written by :func:`write_task_table` (or by hand in this schema)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: task table not found")
+    if path.suffix == ".parquet":
+        frame = pd.read_parquet(path)
+        for name in ("answers", "choices"):
+            frame[name] = frame[name].map(list).astype(object)
+        frame["meta"] = frame["meta"].map(json.loads).astype(object)
+    else:
+        frame = pd.read_json(path, orient="records", lines=True, dtype=False)
+    return frame_to_records(frame)
