@@ -84,6 +84,8 @@ def test_yes_no_answers() -> None:
         ("Reasoning...\n(E)", "E"),
         ("The answer is a fox", None),  # lowercase article, not a letter choice
         ("The answer is F", None),  # beyond the four options
+        ("The answer is B.\nWait, no: the answer is a fox", None),  # only the last cue counts
+        ("The answer is B.\nOn reflection the answer is D.", "D"),
         ("No letter here", None),
     ],
 )

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from fractions import Fraction
 
 from evosteer_core.answers import cued_span, largest_code_block, last_boxed
+from evosteer_core.benchmarks.schema import CHOICE_LETTERS
 from evosteer_core.executors.base import Environment
 from evosteer_core.tools.sandbox import run_python, run_tests
 
@@ -107,18 +108,17 @@ _TRAILER_OK = re.compile(r"\s*[.:,;)\]]?\s*$")
 def extract_choice(reply: str, n_choices: int) -> str | None:
     """The option letter a reply chooses, or None.
 
-    In order: the last cue ("Answer: (C)", "the answer is C", "answer: option c."), then the
-    last line that is only a letter ("C.", "(C)", "**C**"), then a final answer equal to one
-    option's text is handled by :func:`mcq_correct`. A lowercase letter after a cue counts only
-    when nothing but punctuation follows it ("the answer is a fox" chooses nothing).
+    The last cue followed by a letter decides ("Answer: (C)", "the answer is C", "answer:
+    option c."; a letter beyond the options chooses nothing). A lowercase letter after a cue
+    counts only when nothing but punctuation follows it ("the answer is a fox" is no
+    choice). Without a cue, the last line that is only a letter ("C.", "(C)", "**C**").
     """
-    letters = "ABCDEFGHIJ"[:n_choices]
-    for match in reversed(list(_CUE_LETTER.finditer(reply))):
-        letter = match.group(1)
-        if letter.islower() and not _TRAILER_OK.match(match.group("after")):
-            continue
-        if letter.upper() in letters:
-            return letter.upper()
+    letters = CHOICE_LETTERS[:n_choices]
+    cues = list(_CUE_LETTER.finditer(reply))
+    if cues:
+        letter, after = cues[-1].group(1), cues[-1].group("after")
+        if letter.isupper() or _TRAILER_OK.match(after):
+            return letter.upper() if letter.upper() in letters else None
     for line in reversed(reply.splitlines()):
         match = _LINE_LETTER.fullmatch(line.strip())
         if match and match.group(1).upper() in letters:
@@ -134,7 +134,7 @@ def mcq_correct(reply: str, choices: Sequence[str], gold_letter: str) -> float:
         final = normalize_squad(final_answer_text(reply))
         texts = [normalize_squad(c) for c in choices]
         if final and texts.count(final) == 1:
-            chosen = "ABCDEFGHIJ"[texts.index(final)]
+            chosen = CHOICE_LETTERS[texts.index(final)]
     return float(chosen == gold_letter.upper())
 
 
