@@ -20,6 +20,15 @@ from evosteer_core.seeding import derive_seed, torch_generator
 D_H = 16
 
 
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """These fits are tiny: a second intra-op thread only adds contention on a shared CPU."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def synthetic_states(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Features in [0,1], families, and a target the head can learn: sigmoid(4 f_0 − 2 + 0.5 k)."""
     gen = torch.Generator().manual_seed(seed)
