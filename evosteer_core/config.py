@@ -7,6 +7,7 @@ section left out of a YAML file means "as in the paper"; small presets override 
 
 from __future__ import annotations
 
+import copy
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -27,8 +28,8 @@ from evosteer_core.configio import (
 )
 
 DEFAULT_PRESET = "tiny-sim.yaml"
-# Sections that say where things are stored, logged or run, not what is computed.
-OPERATIONAL_SECTIONS = ("name", "store", "tracking", "images")
+# Top-level keys that say where things are stored, logged or run, not what is computed.
+OPERATIONAL_KEYS = ("name", "store", "tracking", "images")
 
 
 def _check(ok: bool, message: str) -> None:
@@ -266,7 +267,7 @@ class RunConfig:
         """
         from evosteer_core.artifacts import canonical_json
 
-        data = {k: v for k, v in self.to_dict().items() if k not in OPERATIONAL_SECTIONS}
+        data = {k: v for k, v in self.to_dict().items() if k not in OPERATIONAL_KEYS}
         return hashlib.sha256(canonical_json(data)).hexdigest()
 
 
@@ -277,18 +278,10 @@ def config_from_dict(
     if overrides:
         if not isinstance(data, dict):
             raise ConfigError(source, "", f"expected a mapping, found {type(data).__name__}")
-        data = _deep_copy(data)
+        data = copy.deepcopy(data)
         for key, value in overrides.items():
             set_dotted(data, key, value)
     return build(RunConfig, data, source)
-
-
-def _deep_copy(data: Any) -> Any:
-    if isinstance(data, dict):
-        return {k: _deep_copy(v) for k, v in data.items()}
-    if isinstance(data, list):
-        return [_deep_copy(v) for v in data]
-    return data
 
 
 def load_config(
