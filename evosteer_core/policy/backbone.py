@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import io
 import json
 import os
 import shutil
@@ -19,8 +18,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
-from peft import LoraConfig, PeftModel, get_peft_model, get_peft_model_state_dict
-from peft import set_peft_model_state_dict
+from peft import (
+    LoraConfig,
+    PeftModel,
+    get_peft_model,
+    get_peft_model_state_dict,
+    set_peft_model_state_dict,
+)
 from safetensors.torch import load as load_safetensors
 from safetensors.torch import save as save_safetensors
 from transformers import AutoModelForCausalLM, AutoTokenizer, Cache, LlamaConfig, PreTrainedModel
@@ -80,11 +84,15 @@ class PolicyConfig:
         if self.lora_r < 1:
             raise ValueError(f"PolicyConfig.lora_r must be >= 1, got {self.lora_r}")
         if not 0.0 <= self.lora_dropout < 1.0:
-            raise ValueError(f"PolicyConfig.lora_dropout must be in [0, 1), got {self.lora_dropout}")
+            raise ValueError(
+                f"PolicyConfig.lora_dropout must be in [0, 1), got {self.lora_dropout}"
+            )
         if not self.lora_targets:
             raise ValueError("PolicyConfig.lora_targets must name at least one module")
         if self.max_action_tokens < 2:
-            raise ValueError(f"PolicyConfig.max_action_tokens must be >= 2, got {self.max_action_tokens}")
+            raise ValueError(
+                f"PolicyConfig.max_action_tokens must be >= 2, got {self.max_action_tokens}"
+            )
         if not self.backbone:
             raise ValueError("PolicyConfig.backbone is empty")
 
@@ -214,7 +222,9 @@ class Policy:
         expected = set(get_peft_model_state_dict(self.model))
         if set(state) != expected:
             missing, extra = sorted(expected - set(state)), sorted(set(state) - expected)
-            raise ValueError(f"adapter state mismatch: missing {missing[:5]}, unexpected {extra[:5]}")
+            raise ValueError(
+                f"adapter state mismatch: missing {missing[:5]}, unexpected {extra[:5]}"
+            )
         result = set_peft_model_state_dict(self.model, state)
         if getattr(result, "unexpected_keys", None):
             raise ValueError(f"adapter state has unexpected keys {result.unexpected_keys[:5]}")

@@ -56,7 +56,9 @@ def _check_state(state: dict[str, Any]) -> None:
     if missing:
         raise ValueError(f"public state lacks keys {missing}; expected {list(_REQUIRED_KEYS)}")
     if len(state["features"]) != 30:
-        raise ValueError(f"public state 'features' has {len(state['features'])} values, expected 30")
+        raise ValueError(
+            f"public state 'features' has {len(state['features'])} values, expected 30"
+        )
 
 
 def clip_output(text: str | None, edge: int = OUTPUT_EDGE_CHARS) -> str | None:
@@ -70,7 +72,9 @@ def render_full(state: dict[str, Any]) -> str:
     """System text + canonical JSON of the whole public state, node outputs clipped."""
     _check_state(state)
     graph = dict(state["graph"])
-    graph["nodes"] = [{**node, "output": clip_output(node.get("output"))} for node in graph["nodes"]]
+    graph["nodes"] = [
+        {**node, "output": clip_output(node.get("output"))} for node in graph["nodes"]
+    ]
     return SYSTEM_FULL + SYSTEM_SEPARATOR + canonical_json({**state, "graph": graph})
 
 
@@ -108,7 +112,12 @@ def render_compact(state: dict[str, Any]) -> str:
         "budget "
         + " ".join(
             f"{budget[k]:.1f}"
-            for k in ("tokens_used_frac", "tool_calls_used_frac", "wall_used_frac", "model_calls_used_frac")
+            for k in (
+                "tokens_used_frac",
+                "tool_calls_used_frac",
+                "wall_used_frac",
+                "model_calls_used_frac",
+            )
         ),
         f"v {_rounded(state['value'])} dv {_rounded(state['value_change'])}",
         *(f"> {entry[:COMPACT_HISTORY_CHARS]}" for entry in state["history"][-COMPACT_HISTORY:]),

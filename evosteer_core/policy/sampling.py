@@ -40,7 +40,9 @@ def _follow_forced(node: TrieNode, out: list[int]) -> TrieNode:
     return node
 
 
-def _check_batch(prompts: Sequence[str], legal: Sequence[Sequence[str]], n_other: int, what: str) -> None:
+def _check_batch(
+    prompts: Sequence[str], legal: Sequence[Sequence[str]], n_other: int, what: str
+) -> None:
     if not len(prompts) == len(legal) == n_other:
         raise ValueError(
             f"batch sizes differ: {len(prompts)} prompts, {len(legal)} legal sets, {n_other} {what}"
@@ -68,7 +70,9 @@ def sample_actions(
     rows = [i for i, trie in enumerate(tries) if len(trie.legal) > 1]
     for i, trie in enumerate(tries):
         if len(trie.legal) == 1:
-            results[i] = SampledAction(trie.legal[0], 0, trie.sequences[0], trie.path_allowed(0), 0.0)
+            results[i] = SampledAction(
+                trie.legal[0], 0, trie.sequences[0], trie.path_allowed(0), 0.0
+            )
     if not rows:
         return results  # type: ignore[return-value]
 
@@ -86,7 +90,9 @@ def sample_actions(
     cache, cache_mask = None, None
     with torch.no_grad():
         while live:
-            ids, mask, pos = right_pad([pending[r] for r in live], tok.pad_id, [seen[r] for r in live])
+            ids, mask, pos = right_pad(
+                [pending[r] for r in live], tok.pad_id, [seen[r] for r in live]
+            )
             full_mask = mask if cache_mask is None else torch.cat([cache_mask, mask], dim=1)
             hidden, cache = policy.hidden(ids, full_mask, pos, cache, use_cache=True)
             lengths = mask.sum(dim=1)
@@ -118,5 +124,7 @@ def sample_actions(
     for r, i in enumerate(rows):
         index = nodes[r].action
         trie = tries[i]
-        results[i] = SampledAction(trie.legal[index], index, trie.sequences[index], trie.path_allowed(index), logps[r])
+        results[i] = SampledAction(
+            trie.legal[index], index, trie.sequences[index], trie.path_allowed(index), logps[r]
+        )
     return results  # type: ignore[return-value]

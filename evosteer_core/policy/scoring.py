@@ -32,7 +32,9 @@ def score_actions(
     """ℓ(action_texts[i] | prompts[i]) under the grammar mask of ``legal[i]``: float32 [B].
 
     ``use_adapter`` selects θ (True) or ρ (False); with ``requires_grad`` the result carries a
-    graph into the LoRA parameters, otherwise it is computed without autograd.
+    graph into the LoRA parameters, otherwise it is computed without autograd. With
+    ``requires_grad`` the activations of every micro-batch live until backward: for large
+    batches call this per micro-batch and backward each (gradient accumulation).
     """
     if not len(prompts) == len(action_texts) == len(legal):
         raise ValueError(
@@ -70,6 +72,8 @@ def score_actions(
             valid = torch.tensor([[k < len(m) for k in range(width)] for m in masks])
             sub = logits.gather(1, option_ids.to(logits.device))
             sub = sub.masked_fill(~valid.to(logits.device), float("-inf"))
-            picked = torch.log_softmax(sub, dim=1)[torch.arange(len(targets)), torch.tensor(targets)]
+            picked = torch.log_softmax(sub, dim=1)[
+                torch.arange(len(targets)), torch.tensor(targets)
+            ]
             scores = scores.index_add(0, torch.tensor(rows, device=scores.device), picked)
     return scores

@@ -39,7 +39,9 @@ class PolicyTokenizer:
             raise TokenizationError("the backbone's tokenizer has no EOS token")
         self.hf = tokenizer
         self.eos_id = int(tokenizer.eos_token_id)
-        self.pad_id = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_id)
+        self.pad_id = int(
+            tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_id
+        )
         self.max_prompt_tokens = max_prompt_tokens
         self._action_cache: dict[str, tuple[int, ...]] = {}
 

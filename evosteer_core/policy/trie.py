@@ -52,7 +52,9 @@ class ActionTrie:
         try:
             return self.legal.index(text)
         except ValueError:
-            raise ValueError(f"action {text!r} is not in the legal set ({len(self.legal)} actions)") from None
+            raise ValueError(
+                f"action {text!r} is not in the legal set ({len(self.legal)} actions)"
+            ) from None
 
     def path_allowed(self, index: int) -> tuple[tuple[int, ...], ...]:
         """The allowed-token set at each position of action ``index``'s token sequence."""

@@ -16,11 +16,51 @@ from evosteer_core.records import FAMILIES
 
 ROLES: tuple[str, ...] = ("solver", "verifier", "planner", "researcher", "finalizer", "tool_user")
 STATUSES: tuple[str, ...] = ("ok", "failed", "timeout", "parse_error", "pending")
-_WORDS = (
-    "the answer is which river flows through city compute integer sum of digits write a function "
-    "that returns list patient presents with fever what year was born find object in room put "
-    "it on table verify result plan steps search python output correct"
-).split()
+_WORDS = [
+    "the",
+    "answer",
+    "is",
+    "which",
+    "river",
+    "flows",
+    "through",
+    "city",
+    "compute",
+    "integer",
+    "sum",
+    "of",
+    "digits",
+    "write",
+    "a",
+    "function",
+    "that",
+    "returns",
+    "list",
+    "patient",
+    "presents",
+    "with",
+    "fever",
+    "what",
+    "year",
+    "was",
+    "born",
+    "find",
+    "object",
+    "in",
+    "room",
+    "put",
+    "it",
+    "on",
+    "table",
+    "verify",
+    "result",
+    "plan",
+    "steps",
+    "search",
+    "python",
+    "output",
+    "correct",
+]
 
 
 def skill_id(rng: np.random.Generator) -> str:
@@ -50,7 +90,9 @@ def random_legal_set(rng: np.random.Generator, max_nodes: int = 10) -> list[str]
         for other in nodes:
             for protocol in PROTOCOLS:
                 if other != node and rng.random() < 0.4:
-                    actions.add(Action("ADD_EDGE", source_id=node, target_id=other, protocol=protocol))
+                    actions.add(
+                        Action("ADD_EDGE", source_id=node, target_id=other, protocol=protocol)
+                    )
     return sorted(a.to_json() for a in actions)
 
 
