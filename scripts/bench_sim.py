@@ -42,14 +42,14 @@ def main() -> None:
     tasks = make_sim_suite(args.n, 0, "bench")
     executor, catalogue, limits = SimExecutor(), default_catalogue(), BudgetLimits()
 
-    calls = {"n": 0, "s": 0.0}
+    calls: dict[str, list[float]] = {"question": [], "interactive": []}
     run_node = executor.run_node
 
     def timed(request):
         t0 = time.perf_counter()
         out = run_node(request)
-        calls["s"] += time.perf_counter() - t0
-        calls["n"] += 1
+        kind = "interactive" if request.environment is not None else "question"
+        calls[kind].append(time.perf_counter() - t0)
         return out
 
     executor.run_node = timed  # type: ignore[method-assign]
@@ -62,7 +62,9 @@ def main() -> None:
         print(
             f"{name:>24}: {len(tasks) / dt:8.1f} episodes/s ({1e3 * dt / len(tasks):.2f} ms each)"
         )
-    print(f"{'sim node call':>24}: {1e6 * calls['s'] / calls['n']:8.1f} us mean over {calls['n']}")
+    for kind, times in calls.items():
+        label = f"sim node call ({kind})"
+        print(f"{label:>24}: {1e6 * sum(times) / len(times):8.1f} us mean over {len(times)}")
 
     if importlib.util.find_spec("evosteer_core.features") is None:
         print("feature extraction: skipped (evosteer_core.features is not there yet)")
