@@ -100,6 +100,7 @@ class Episode:
         self.stopped = False
         self.reward: float | None = None
         self._calls: dict[str, int] = {}
+        self._legal: list[Action] | None = None
         self.environment: Environment | None = (
             executor.make_environment(task, (run_seed, episode_key))
             if self.family.interactive
@@ -132,7 +133,15 @@ class Episode:
         return [n for n in ids if self.catalogue.role(self.graph.nodes[n].role_id).output_ok]
 
     def legal_actions(self) -> list[Action]:
-        """A(s) of SPEC §1.2, sorted by canonical text; empty once stopped."""
+        """A(s) of SPEC §1.2, sorted by canonical text; empty once stopped.
+
+        Cached per state: ``apply`` and ``charge_orchestrator`` (the only mutators) reset it.
+        """
+        if self._legal is None:
+            self._legal = self._enumerate_legal()
+        return list(self._legal)
+
+    def _enumerate_legal(self) -> list[Action]:
         if self.stopped:
             return []
         g = self.graph
@@ -191,12 +200,14 @@ class Episode:
         """Validate, apply and execute ``action``; append and return its observation."""
         if action not in self.legal_actions():
             raise IllegalActionError(action, self._why_illegal(action))
+        self._legal = None
         obs = getattr(self, f"_do_{action.kind.lower()}")(action)
         self.history.append(obs)
         return obs
 
     def charge_orchestrator(self, tokens_in: int, tokens_out: int, seconds: float = 0.0) -> None:
         """The orchestrator's own decision is charged to the same ledger (SPEC §1.3)."""
+        self._legal = None
         self.ledger.charge_orchestrator(tokens_in, tokens_out, seconds)
 
     def _do_add_agent(self, a: Action) -> Observation:

@@ -1,0 +1,220 @@
+"""Batched, lock-step rollout collection (SPEC §1.9 step 2).
+
+All pending decisions of all episodes are sampled together: one batched policy call for the
+θ episodes (adapter on) and one for the ρ-driven episodes (adapter off) per round. A decision
+with a single legal action, and the forced first action of a paired arm, is recorded but not
+sampled. The value-head snapshot v̂ (and its one-step change Δv̂) is shown in every prompt.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pandas as pd
+import torch
+
+from evosteer_core.actions import Action
+from evosteer_core.budget import BudgetLimits
+from evosteer_core.executors.base import Executor, SkillView
+from evosteer_core.features import execution_features
+from evosteer_core.heads import ValueHead
+from evosteer_core.orchestrator import Orchestrator
+from evosteer_core.policy.render import render
+from evosteer_core.records import FAMILIES, TaskRecord
+from evosteer_core.roles import Catalogue
+from evosteer_core.runtime import Episode, Evaluator
+from evosteer_core.schemas import validate_tables
+from evosteer_core.seeding import torch_generator
+
+FAMILY_INDEX = {f: i for i, f in enumerate(FAMILIES)}
+
+
+@dataclass(frozen=True)
+class EpisodePlan:
+    """One trajectory to collect: which record, which arm, and (for pairs) which skill."""
+
+    record: TaskRecord
+    arm: str
+    rollout_index: int
+    pair_skill: str = ""
+    pair_kind: str = ""
+
+    @property
+    def traj_id(self) -> str:
+        return f"{self.record.record_id}/{self.arm}/{self.rollout_index}"
+
+    @property
+    def uses_adapter(self) -> bool:
+        return self.arm == "theta"
+
+    def episode_key(self, step: int) -> str:
+        """Executor seed key; both arms of a pair share it (common random numbers)."""
+        arm = "pair" if self.arm.startswith("pair") else self.arm
+        return f"s{step}/{self.record.record_id}/{arm}/{self.rollout_index}"
+
+    def forced_first(self) -> Action | None:
+        """The forced first action of a paired arm: ADD_AGENT(n0, solver[, σ])."""
+        if self.arm == "pair_treat":
+            return Action("ADD_AGENT", node_id="n0", role_id="solver", skill_id=self.pair_skill)
+        if self.arm == "pair_control":
+            return Action("ADD_AGENT", node_id="n0", role_id="solver")
+        return None
+
+
+@dataclass
+class RolloutContext:
+    """Everything frozen for one rollout batch (menus and the v̂ snapshot included)."""
+
+    catalogue: Catalogue
+    limits: BudgetLimits
+    executor: Executor
+    evaluator: Evaluator
+    menus: dict[str, tuple[SkillView, ...]]
+    value_head: ValueHead
+    run_seed: int
+    step: int
+    renderer: str = "compact"
+    temperature: float = 1.0
+
+
+def _values(head: ValueHead, feats: list[list[float]], families: list[str]) -> list[float]:
+    with torch.no_grad():
+        f = torch.tensor(feats, dtype=torch.float32)
+        fam = torch.tensor([FAMILY_INDEX[x] for x in families], dtype=torch.long)
+        return [float(v) for v in head(f, fam)]
+
+
+def collect_rollouts(
+    policy: Orchestrator, plans: Sequence[EpisodePlan], ctx: RolloutContext
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Run every plan to completion; return validated (trajectories, decisions) tables."""
+    episodes = [
+        Episode(
+            p.record,
+            ctx.catalogue,
+            ctx.limits,
+            ctx.executor,
+            ctx.evaluator,
+            menu=ctx.menus.get(p.record.family, ()),
+            run_seed=ctx.run_seed,
+            episode_key=p.episode_key(ctx.step),
+            masked_skills=(p.pair_skill,) if p.arm == "pair_control" else (),
+        )
+        for p in plans
+    ]
+    prev_value: list[float | None] = [None] * len(plans)
+    rows: list[dict] = []
+    while True:
+        pending = [i for i, ep in enumerate(episodes) if not ep.stopped]
+        if not pending:
+            break
+        feats = [[float(x) for x in execution_features(episodes[i])] for i in pending]
+        values = _values(ctx.value_head, feats, [plans[i].record.family for i in pending])
+        decisions = []
+        for i, f, v in zip(pending, feats, values, strict=True):
+            ep = episodes[i]
+            dv = None if prev_value[i] is None else v - prev_value[i]
+            prev_value[i] = v
+            state = ep.public_state(value=v, value_change=dv)
+            legal = state["legal_actions"]
+            forced = plans[i].forced_first() if not ep.history else None
+            exact, coarse = ep.graph.structure_keys(stopped=False)
+            decisions.append(
+                {
+                    "i": i,
+                    "prompt": render(state, ctx.renderer),
+                    "legal": legal,
+                    "features": f,
+                    "value": v,
+                    "exact_key": exact,
+                    "coarse_key": coarse,
+                    "forced_action": forced.to_json() if forced else None,
+                    "t": len(ep.history),
+                }
+            )
+        _choose(policy, decisions, plans, ctx)
+        for d in decisions:
+            ep = episodes[d["i"]]
+            ep.apply(Action.from_json(d["action"]))
+            # charged after the action: the decision was taken on the state it saw
+            ep.charge_orchestrator(d.pop("prompt_tokens"), d.pop("action_tokens"))
+            rows.append(
+                {
+                    "traj_id": plans[d["i"]].traj_id,
+                    "t": len(ep.history) - 1,
+                    "prompt": d["prompt"],
+                    "legal": d["legal"],
+                    "chosen": d["chosen"],
+                    "action": d["action"],
+                    "forced": d["forced"],
+                    "features": d["features"],
+                    "value": d["value"],
+                    "exact_key": d["exact_key"],
+                    "coarse_key": d["coarse_key"],
+                    "logp_sample": d["logp"],
+                }
+            )
+    trajectories = pd.DataFrame(
+        [_trajectory_row(p, ep, ctx.step) for p, ep in zip(plans, episodes, strict=True)]
+    )
+    decisions_df = (
+        pd.DataFrame(rows).sort_values(["traj_id", "t"], kind="stable").reset_index(drop=True)
+    )
+    validate_tables(trajectories, decisions_df)
+    return trajectories, decisions_df
+
+
+def _choose(
+    policy: Orchestrator, decisions: list[dict], plans: Sequence[EpisodePlan], ctx: RolloutContext
+) -> None:
+    """Fill ``action``/``chosen``/``logp``/``forced`` for every decision of one round."""
+    to_sample: dict[bool, list[dict]] = {True: [], False: []}
+    for d in decisions:
+        plan = plans[d["i"]]
+        if d["forced_action"] is not None or len(d["legal"]) == 1:
+            action = d["forced_action"] or d["legal"][0]
+            d.update(action=action, chosen=d["legal"].index(action), logp=0.0, forced=True)
+            d.update(prompt_tokens=policy.count_tokens(d["prompt"]), action_tokens=0)
+        else:
+            to_sample[plan.uses_adapter].append(d)
+    for use_adapter, group in to_sample.items():
+        if not group:
+            continue
+        gens = [
+            torch_generator(ctx.run_seed, ctx.step, plans[d["i"]].traj_id, d["t"], "action")
+            for d in group
+        ]
+        samples = policy.sample(
+            [d["prompt"] for d in group],
+            [d["legal"] for d in group],
+            gens,
+            use_adapter=use_adapter,
+            temperature=ctx.temperature,
+        )
+        for d, s in zip(group, samples, strict=True):
+            d.update(action=d["legal"][s.index], chosen=s.index, logp=float(s.logp), forced=False)
+            d.update(prompt_tokens=s.prompt_tokens, action_tokens=s.action_tokens)
+
+
+def _trajectory_row(plan: EpisodePlan, ep: Episode, step: int) -> dict:
+    exact, coarse = ep.graph.structure_keys(stopped=True)
+    return {
+        "traj_id": plan.traj_id,
+        "step": step,
+        "record_id": plan.record.record_id,
+        "family": plan.record.family,
+        "arm": plan.arm,
+        "rollout_index": plan.rollout_index,
+        "pair_skill": plan.pair_skill,
+        "pair_kind": plan.pair_kind,
+        "n_actions": len(ep.history),
+        "reward": float(ep.reward if ep.reward is not None else 0.0),
+        "healthy": ep.healthy,
+        "complete": ep.stopped,
+        "tokens": ep.ledger.tokens,
+        "model_calls": ep.ledger.model_calls,
+        "terminal_features": [float(x) for x in execution_features(ep)],
+        "terminal_exact_key": exact,
+        "terminal_coarse_key": coarse,
+    }

@@ -1,0 +1,182 @@
+"""Skill admission inside the training loop: menus, pair plans, and the validation round.
+
+``SkillState`` is the part of the run state that belongs to validated skill admission
+(SPEC §1.8): the library, the test ledger, the warm-up evidence pool and the paired
+observation counts. The training step asks it for the batch's menus and pairs, and hands it
+the batch's trajectories after the update.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from evosteer_core.executors.base import Executor, SkillView
+from evosteer_core.records import FAMILIES, TaskRecord
+from evosteer_core.skills.author import Author, LLMAuthor, SeededSimAuthor, TrajectorySummary
+from evosteer_core.skills.library import SkillLibrary
+from evosteer_core.skills.pairs import PairOutcome, PairPlan, plan_pairs
+from evosteer_core.skills.sequential import TestLedger
+from evosteer_core.skills.validation import RoundConfig, validation_round
+
+WARMUP_EVIDENCE_PER_FAMILY = 12
+
+
+@dataclass
+class SkillState:
+    """Library, ledger, warm-up evidence and per-skill paired observation counts."""
+
+    enabled: bool
+    warmup_steps: int
+    reeval_every: int
+    author_kind: str
+    library: SkillLibrary = field(default_factory=SkillLibrary)
+    ledger: TestLedger = field(default_factory=TestLedger)
+    warmup_pool: list[dict[str, Any]] = field(default_factory=list)
+    observations: dict[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def initial(cls, cfg: Any) -> SkillState:
+        """Empty state from a ``SkillsConfig`` (enabled, warmup_steps, reeval_every, alpha, author)."""
+        return cls(
+            enabled=cfg.enabled,
+            warmup_steps=cfg.warmup_steps,
+            reeval_every=cfg.reeval_every,
+            author_kind=cfg.author,
+            ledger=TestLedger(alpha=cfg.alpha),
+        )
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], cfg: Any) -> SkillState:
+        if not data:
+            return cls.initial(cfg)
+        return cls(
+            enabled=data["enabled"],
+            warmup_steps=data["warmup_steps"],
+            reeval_every=data["reeval_every"],
+            author_kind=data["author_kind"],
+            library=SkillLibrary.from_dict(data["library"]),
+            ledger=TestLedger.from_dict(data["ledger"]),
+            warmup_pool=list(data["warmup_pool"]),
+            observations=dict(data["observations"]),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "enabled": self.enabled,
+            "warmup_steps": self.warmup_steps,
+            "reeval_every": self.reeval_every,
+            "author_kind": self.author_kind,
+            "library": self.library.to_dict(),
+            "ledger": self.ledger.to_dict(),
+            "warmup_pool": list(self.warmup_pool),
+            "observations": dict(sorted(self.observations.items())),
+        }
+
+    # --- what the rollout needs -----------------------------------------------------------
+    def menus(self) -> dict[str, tuple[SkillView, ...]]:
+        """Per-family menus (validated skills plus the candidate under test)."""
+        return {f: self.library.menu(f) for f in FAMILIES} if self.enabled else {}
+
+    def pair_plans(self, batch: Sequence[TaskRecord], step: int) -> tuple[PairPlan, ...]:
+        if not self.enabled:
+            return ()
+        items = [(r.record_id, r.family) for r in batch]
+        return plan_pairs(items, self.library, self.observations, step, self.reeval_every)
+
+    # --- the validation round ---------------------------------------------------------------
+    def author(self, executor: Executor, run_seed: int) -> Author:
+        if self.author_kind == "sim":
+            return SeededSimAuthor(run_seed=run_seed)
+        return LLMAuthor(executor, run_seed=run_seed)
+
+    def validation_round(
+        self,
+        trajectories: pd.DataFrame,
+        decisions: pd.DataFrame,
+        prompts: dict[str, str],
+        step: int,
+        executor: Executor,
+        run_seed: int,
+    ) -> dict[str, float]:
+        """Pairs → sequential tests → author window; updates the state, returns metrics."""
+        if not self.enabled:
+            return {}
+        outcomes = pair_outcomes(trajectories)
+        for o in outcomes:
+            self.observations[o.skill_id] = self.observations.get(o.skill_id, 0) + 1
+        evidence = self._evidence(trajectories, decisions, prompts, step)
+        self.library, self.ledger, report = validation_round(
+            self.library,
+            self.ledger,
+            outcomes,
+            step,
+            author=self.author(executor, run_seed),
+            evidence_pool=evidence,
+            config=RoundConfig(warmup_steps=self.warmup_steps),
+        )
+        statuses = [e.status for e in self.library.entries]
+        return {
+            "skills_candidate": float(statuses.count("candidate")),
+            "skills_validated": float(statuses.count("validated")),
+            "skills_retired": float(statuses.count("retired")),
+            "alpha_spent": float(report.alpha_spent),
+            "pairs": float(len(outcomes)),
+        }
+
+    def _evidence(
+        self,
+        trajectories: pd.DataFrame,
+        decisions: pd.DataFrame,
+        prompts: dict[str, str],
+        step: int,
+    ) -> list[TrajectorySummary]:
+        """Natural rollouts as evidence; during warm-up they fill the pool (≤ 12 per family)
+        that the first window (step warmup+1) sees; later windows see the current batch."""
+        natural = trajectories[trajectories["arm"].isin(["theta", "rho"])]
+        actions = decisions.groupby("traj_id", sort=False)["action"].apply(list)
+        rows = [
+            {
+                "record_id": r.record_id,
+                "family": r.family,
+                "prompt": prompts[r.record_id],
+                "reward": float(r.reward),
+                "healthy": bool(r.healthy),
+                "side_effect_free": bool(r.healthy),
+                "summary": " ".join(actions.get(r.traj_id, [])),
+            }
+            for r in natural.itertuples()
+        ]
+        if step <= self.warmup_steps:
+            for row in rows:
+                n = sum(1 for p in self.warmup_pool if p["family"] == row["family"])
+                if n < WARMUP_EVIDENCE_PER_FAMILY:
+                    self.warmup_pool.append(row)
+            return []
+        pool = self.warmup_pool if step == self.warmup_steps + 1 else rows
+        return [TrajectorySummary(**p) for p in pool]
+
+
+def pair_outcomes(trajectories: pd.DataFrame) -> list[PairOutcome]:
+    """One outcome per (record, pair index): treatment vs control rewards and their health."""
+    pairs = trajectories[trajectories["arm"].isin(["pair_treat", "pair_control"])]
+    out = []
+    for (_, _), g in pairs.groupby(["record_id", "rollout_index"], sort=True):
+        arms = g.set_index("arm")
+        treat, control = arms.loc["pair_treat"], arms.loc["pair_control"]
+        out.append(
+            PairOutcome(
+                record_id=str(treat["record_id"]),
+                family=str(treat["family"]),
+                skill_id=str(treat["pair_skill"]),
+                kind=str(treat["pair_kind"]),
+                reward_plus=float(treat["reward"]) if treat["complete"] else None,
+                reward_minus=float(control["reward"]) if control["complete"] else None,
+                complete=bool(treat["complete"] and control["complete"]),
+                side_effect_free=bool(treat["healthy"] and control["healthy"]),
+            )
+        )
+    return out

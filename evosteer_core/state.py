@@ -1,0 +1,50 @@
+"""The run state carried from one training step to the next (the checkpoint, SPEC §1.9 step 9)."""
+
+from __future__ import annotations
+
+import io
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+
+
+@dataclass
+class TrainState:
+    """Everything a step needs from the previous ones; ``to_bytes`` is deterministic.
+
+    Tensors are stored as CPU tensors; everything else is JSON-able. The RNG state of torch's
+    global generator is kept too, although every draw of the loop comes from derived seeds.
+    """
+
+    step: int
+    adapter: dict[str, torch.Tensor]
+    flow_head: dict[str, torch.Tensor]
+    value_head: dict[str, torch.Tensor]
+    outcome_heads: dict[str, torch.Tensor]
+    actor_optimizer: dict[str, Any]
+    pool: dict[str, Any]
+    buckets: dict[str, Any]
+    value_window: list[dict[str, Any]] = field(default_factory=list)
+    skills: dict[str, Any] = field(default_factory=dict)
+    rng_state: torch.Tensor | None = None
+
+    def to_bytes(self) -> bytes:
+        buf = io.BytesIO()
+        torch.save(asdict(self), buf)
+        return buf.getvalue()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> TrainState:
+        return cls(**torch.load(io.BytesIO(data), weights_only=False))
+
+
+def to_bytes(obj: Any) -> bytes:
+    """Deterministic bytes of any torch-saveable object (tensors, dicts, lists, scalars)."""
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    return buf.getvalue()
+
+
+def from_bytes(data: bytes) -> Any:
+    return torch.load(io.BytesIO(data), weights_only=False)

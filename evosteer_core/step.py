@@ -1,0 +1,488 @@
+"""The pure step functions of one training step (SPEC §1.9, Alg. 1) and the plain train loop.
+
+Each stage is deterministic given its inputs and the run seed; the Flyte tasks in ``tasks/``
+wrap exactly these functions. Stages: ``rollout_stage`` → ``rescore_stage`` →
+``value_stage`` → ``update_stage`` → ``validation_stage`` → ``checkpoint_stage``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+
+from evosteer_core.anchors import AnchorConfig, ShrinkagePool, StateKeys, StructuralBuckets
+from evosteer_core.config import RunConfig
+from evosteer_core.heads import (
+    FlowCorrection,
+    HeadFitConfig,
+    OutcomeHeads,
+    ValueHead,
+    fit_outcome_heads,
+    fit_value_head,
+)
+from evosteer_core.objectives import TrajectoryBatch, build_objective
+from evosteer_core.orchestrator import Orchestrator, build_orchestrator
+from evosteer_core.records import FAMILIES, TaskRecord
+from evosteer_core.rollout import FAMILY_INDEX, EpisodePlan, RolloutContext, collect_rollouts
+from evosteer_core.seeding import derive_seed, numpy_rng
+from evosteer_core.skills.admission import SkillState
+from evosteer_core.state import TrainState
+from evosteer_core.world import World, build_world
+
+
+def _anchor_config(cfg: RunConfig) -> AnchorConfig:
+    a = cfg.anchors
+    kg, kc, kq = a.kappa
+    return AnchorConfig(
+        beta=cfg.train.beta,
+        kappa_g=kg,
+        kappa_c=kc,
+        kappa_q=kq,
+        prior_cap=a.record_prior_cap,
+        n0=a.n0,
+        c_max=a.c_max,
+        min_visits=a.min_visits,
+    )
+
+
+def _actor_optimizer(cfg: RunConfig, policy: Orchestrator, flow: FlowCorrection):
+    """AdamW with two parameter groups clipped together: LoRA (actor lr) and b_ψ (heads lr)."""
+    t = cfg.train
+    return torch.optim.AdamW(
+        [
+            {"params": policy.trainable_parameters(), "lr": t.actor.lr, "betas": t.actor.betas},
+            {"params": list(flow.parameters()), "lr": t.heads.lr, "betas": t.heads.betas},
+        ],
+        weight_decay=t.actor.weight_decay,
+    )
+
+
+@dataclass
+class Session:
+    """Objects rebuilt from a config and a state: the policy, heads, world and statistics."""
+
+    cfg: RunConfig
+    world: World
+    policy: Orchestrator
+    value_head: ValueHead
+    flow_head: FlowCorrection
+    outcome_heads: OutcomeHeads
+    pool: ShrinkagePool
+    buckets: StructuralBuckets
+    skills: SkillState
+
+
+def open_session(cfg: RunConfig, state: TrainState, world: World | None = None) -> Session:
+    """Rebuild live objects from ``state`` (cheap: the tiny backbone loads in well under 1 s)."""
+    seed = cfg.train.seed
+    policy = build_orchestrator(cfg)
+    policy.load_adapter_state(state.adapter)
+    value = ValueHead(seed=derive_seed(seed, "value_head"))
+    value.load_state_dict(state.value_head)
+    value.eval()
+    flow = FlowCorrection(policy.hidden_size, seed=derive_seed(seed, "flow_head"))
+    flow.load_state_dict(state.flow_head)
+    outcome = OutcomeHeads(policy.hidden_size, seed=derive_seed(seed, "outcome_heads"))
+    outcome.load_state_dict(state.outcome_heads)
+    acfg = _anchor_config(cfg)
+    pool = ShrinkagePool.from_dict(state.pool) if state.pool else ShrinkagePool(acfg)
+    buckets = (
+        StructuralBuckets.from_dict(state.buckets) if state.buckets else StructuralBuckets(acfg)
+    )
+    return Session(
+        cfg=cfg,
+        world=world or build_world(cfg),
+        policy=policy,
+        value_head=value,
+        flow_head=flow,
+        outcome_heads=outcome,
+        pool=pool,
+        buckets=buckets,
+        skills=SkillState.from_dict(state.skills, cfg.skills),
+    )
+
+
+def init_state(cfg: RunConfig) -> TrainState:
+    """Step-0 state: fresh adapter (LoRA B = 0, so θ = ρ), fresh heads, empty statistics."""
+    seed = cfg.train.seed
+    torch.manual_seed(derive_seed(seed, "torch_global"))
+    policy = build_orchestrator(cfg)
+    flow = FlowCorrection(policy.hidden_size, seed=derive_seed(seed, "flow_head"))
+    opt = _actor_optimizer(cfg, policy, flow)
+    acfg = _anchor_config(cfg)
+    return TrainState(
+        step=0,
+        adapter=policy.adapter_state(),
+        flow_head=_cpu(flow.state_dict()),
+        value_head=_cpu(ValueHead(seed=derive_seed(seed, "value_head")).state_dict()),
+        outcome_heads=_cpu(
+            OutcomeHeads(policy.hidden_size, seed=derive_seed(seed, "outcome_heads")).state_dict()
+        ),
+        actor_optimizer=opt.state_dict(),
+        pool=ShrinkagePool(acfg).to_dict(),
+        buckets=StructuralBuckets(acfg).to_dict(),
+        value_window=[],
+        skills=SkillState.initial(cfg.skills).to_dict(),
+        rng_state=torch.get_rng_state(),
+    )
+
+
+def _cpu(sd: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {k: v.detach().cpu().clone() for k, v in sd.items()}
+
+
+# --- stage 1: rollouts ---------------------------------------------------------------------
+def sample_batch(
+    records: list[TaskRecord], batch_size: int, run_seed: int, step: int
+) -> list[TaskRecord]:
+    """Source-balanced batch without replacement: ⌊B/6⌋ per family plus a rotating remainder."""
+    by_family = {f: [r for r in records if r.family == f] for f in FAMILIES}
+    by_family = {f: rs for f, rs in by_family.items() if rs}
+    fams = sorted(by_family, key=FAMILIES.index)
+    base, rem = divmod(batch_size, len(fams))
+    counts = {f: base for f in fams}
+    for j in range(rem):
+        counts[fams[(step * rem + j) % len(fams)]] += 1
+    batch: list[TaskRecord] = []
+    for f in fams:
+        pool = by_family[f]
+        if counts[f] > len(pool):
+            raise ValueError(f"family {f!r} has {len(pool)} records; batch needs {counts[f]}")
+        order = numpy_rng(run_seed, step, f, "batch").permutation(len(pool))[: counts[f]]
+        batch += [pool[i] for i in sorted(order)]
+    return batch
+
+
+def rollout_plans(s: Session, batch: list[TaskRecord], step: int) -> list[EpisodePlan]:
+    """2θ + 2ρ natural rollouts per record plus the paired arms the skill state asks for."""
+    t = s.cfg.train
+    plans = [EpisodePlan(r, "theta", k) for r in batch for k in range(t.rollouts_theta)]
+    plans += [EpisodePlan(r, "rho", k) for r in batch for k in range(t.rollouts_rho)]
+    for k, pair in enumerate(s.skills.pair_plans(batch, step)):
+        rec = next(r for r in batch if r.record_id == pair.record_id)
+        for arm in ("pair_treat", "pair_control"):
+            plans.append(EpisodePlan(rec, arm, k, pair_skill=pair.skill_id, pair_kind=pair.kind))
+    return plans
+
+
+def rollout_stage(s: Session, step: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Stage 1: collect the step's trajectories with the v̂ snapshot and menus frozen."""
+    batch = sample_batch(s.world.train_records, s.cfg.train.batch_size, s.cfg.train.seed, step)
+    ctx = RolloutContext(
+        catalogue=s.world.catalogue,
+        limits=s.cfg.budget,
+        executor=s.world.executor,
+        evaluator=s.world.evaluator,
+        menus=s.skills.menus(),
+        value_head=s.value_head,
+        run_seed=s.cfg.train.seed,
+        step=step,
+        renderer=s.cfg.policy.renderer,
+        temperature=s.cfg.policy.temperature,
+    )
+    return collect_rollouts(s.policy, rollout_plans(s, batch, step), ctx)
+
+
+# --- stage 2: re-scoring ---------------------------------------------------------------------
+def rescore_stage(s: Session, decisions: pd.DataFrame) -> pd.DataFrame:
+    """Stage 2: ℓ_θ and ℓ_ρ of every recorded action (same prompt, tokens, mask) and h_ρ."""
+    prompts = decisions["prompt"].tolist()
+    actions = decisions["action"].tolist()
+    legal = decisions["legal"].tolist()
+    with torch.no_grad():
+        lt = s.policy.score(prompts, actions, legal, use_adapter=True)
+        lr = s.policy.score(prompts, actions, legal, use_adapter=False)
+        h = s.policy.encode_h_rho(prompts)
+    return pd.DataFrame(
+        {
+            "traj_id": decisions["traj_id"],
+            "t": decisions["t"],
+            "logp_theta": lt.double().numpy(),
+            "logp_rho": lr.double().numpy(),
+            "h_rho": [row.tolist() for row in h.float()],
+        }
+    )
+
+
+# --- stage 3: value head ---------------------------------------------------------------------
+def reference_states(trajectories: pd.DataFrame, decisions: pd.DataFrame) -> dict[str, list]:
+    """Legal reference states with their terminal rewards: natural ρ rollouts (all states) and
+    paired arms without their forced prefix (SPEC §1.5); unhealthy trajectories are left out."""
+    ok = trajectories[trajectories["complete"] & trajectories["healthy"]]
+    ref = ok[ok["arm"].isin(["rho", "pair_treat", "pair_control"])].set_index("traj_id")
+    d = decisions[decisions["traj_id"].isin(ref.index)]
+    d = d[~(d["traj_id"].map(ref["arm"]).str.startswith("pair") & (d["t"] == 0))]
+    feats = d["features"].tolist() + ref["terminal_features"].tolist()
+    fams = d["traj_id"].map(ref["family"]).tolist() + ref["family"].tolist()
+    rewards = d["traj_id"].map(ref["reward"]).tolist() + ref["reward"].tolist()
+    return {"features": feats, "family": fams, "reward": rewards}
+
+
+def value_stage(
+    s: Session,
+    trajectories: pd.DataFrame,
+    decisions: pd.DataFrame,
+    rescored: pd.DataFrame,
+    window: list[dict[str, list]],
+) -> tuple[
+    dict[str, torch.Tensor], dict[str, torch.Tensor], list[dict[str, list]], dict[str, float]
+]:
+    """Stage 3: fit v̂ on the replay window (this step + previous ones) and the outcome heads."""
+    cfg = s.cfg.train
+    now = reference_states(trajectories, decisions)
+    new_window = ([*window, now])[-cfg.value_window :]
+    feats = torch.tensor([f for w in new_window for f in w["features"]], dtype=torch.float32)
+    fam = torch.tensor([FAMILY_INDEX[x] for w in new_window for x in w["family"]])
+    y = torch.tensor([r for w in new_window for r in w["reward"]], dtype=torch.float32)
+    hcfg = HeadFitConfig(
+        steps=cfg.value_fit_steps,
+        lr=cfg.heads.lr,
+        betas=cfg.heads.betas,
+        weight_decay=cfg.heads.weight_decay,
+        grad_clip=cfg.grad_clip,
+    )
+    mse = fit_value_head(s.value_head, feats, fam, y, hcfg)
+    rho = trajectories[(trajectories["arm"] == "rho") & trajectories["healthy"]].set_index(
+        "traj_id"
+    )
+    m = rescored[rescored["traj_id"].isin(rho.index)]
+    dec = decisions.loc[m.index]
+    out = fit_outcome_heads(
+        s.outcome_heads,
+        torch.tensor(m["h_rho"].tolist(), dtype=torch.float32),
+        torch.tensor(dec["features"].tolist(), dtype=torch.float32),
+        torch.tensor(m["traj_id"].map(rho["reward"]).tolist(), dtype=torch.float32),
+        hcfg,
+    )
+    metrics = {"value_mse": mse, "outcome_bce": out["bce"], "outcome_mse": out["mse"]}
+    return _cpu(s.value_head.state_dict()), _cpu(s.outcome_heads.state_dict()), new_window, metrics
+
+
+# --- stage 4: statistics and the AnchorTB update ---------------------------------------------
+def _auc(scores: list[float], labels: list[int]) -> float:
+    """Mann–Whitney AUC (ties count 1/2); NaN when one class is absent."""
+    pos = [s for s, y in zip(scores, labels, strict=True) if y]
+    neg = [s for s, y in zip(scores, labels, strict=True) if not y]
+    if not pos or not neg:
+        return float("nan")
+    wins = sum((p > n) + 0.5 * (p == n) for p in pos for n in neg)
+    return wins / (len(pos) * len(neg))
+
+
+def update_stage(
+    s: Session,
+    trajectories: pd.DataFrame,
+    decisions: pd.DataFrame,
+    rescored: pd.DataFrame,
+    actor_optimizer: dict[str, Any],
+) -> dict[str, Any]:
+    """Stage 4 (SPEC §1.9 steps 6–7): anchors, buckets (one step behind), one AdamW step."""
+    acfg = s.pool.config
+    traj = trajectories.set_index("traj_id")
+    natural_rho = traj[(traj["arm"] == "rho") & traj["healthy"] & traj["complete"]]
+    # anchor AUC: p̂ from the pool *before* this step's rollouts, vs reference success
+    auc = _auc(
+        [s.pool.anchor(r.record_id, r.family).p_hat for r in natural_rho.itertuples()],
+        [int(x >= 0.5) for x in natural_rho["reward"]],
+    )
+    for r in natural_rho.itertuples():
+        s.pool.add(r.record_id, r.family, float(r.reward))
+    scored = traj[traj["healthy"] & traj["complete"]]
+    u = {
+        tid: s.pool.anchor(
+            r.record_id, r.family, leave_out=float(r.reward) if tid in natural_rho.index else None
+        ).u
+        for tid, r in scored.iterrows()
+    }
+    batch = _trajectory_batch(s, scored, decisions, rescored, u)
+    objective = build_objective("anchortb", beta=acfg.beta)
+    opt = _actor_optimizer(s.cfg, s.policy, s.flow_head)
+    opt.load_state_dict(actor_optimizer)
+    opt.zero_grad(set_to_none=True)
+    out = objective(batch)
+    out.loss.backward()
+    params = s.policy.trainable_parameters() + list(s.flow_head.parameters())
+    grad_norm = float(torch.nn.utils.clip_grad_norm_(params, s.cfg.train.grad_clip))
+    opt.step()
+    # this step's visits go to the pending buckets, readable from the next step on
+    eligible = scored[scored["arm"] != "theta"]
+    by_traj = dict(tuple(decisions.groupby("traj_id", sort=False)))
+    for tid, r in eligible.iterrows():
+        d = by_traj[tid]
+        states = [StateKeys(e, c) for e, c in zip(d["exact_key"], d["coarse_key"], strict=True)]
+        states.append(StateKeys(r.terminal_exact_key, r.terminal_coarse_key))
+        s.buckets.add_trajectory(states, acfg.log_reward(float(r.reward)), u[tid])
+    s.buckets.commit()
+    metrics = dict(out.metrics)
+    metrics.update(
+        anchor_auc=auc,
+        grad_norm=grad_norm,
+        reward_theta=float(traj[traj["arm"] == "theta"]["reward"].mean()),
+        reward_rho=float(traj[traj["arm"] == "rho"]["reward"].mean()),
+        n_trajectories=float(len(scored)),
+    )
+    return {
+        "adapter": s.policy.adapter_state(),
+        "flow_head": _cpu(s.flow_head.state_dict()),
+        "actor_optimizer": opt.state_dict(),
+        "pool": s.pool.to_dict(),
+        "buckets": s.buckets.to_dict(),
+        "metrics": metrics,
+    }
+
+
+def _trajectory_batch(
+    s: Session,
+    scored: pd.DataFrame,
+    decisions: pd.DataFrame,
+    rescored: pd.DataFrame,
+    u: dict[str, float],
+) -> TrajectoryBatch:
+    """Pad the scored trajectories into a :class:`TrajectoryBatch` (Δℓ with grad through θ)."""
+    acfg = s.pool.config
+    d = decisions.assign(logp_rho=rescored["logp_rho"].to_numpy(), h_rho=rescored["h_rho"])
+    d = d[d["traj_id"].isin(scored.index)]
+    multi = d["legal"].map(len) > 1
+    logp_theta = torch.zeros(len(d), dtype=torch.float32)
+    if multi.any():
+        sub = d[multi]
+        scores = s.policy.score(
+            sub["prompt"].tolist(),
+            sub["action"].tolist(),
+            sub["legal"].tolist(),
+            use_adapter=True,
+            requires_grad=True,
+        )
+        logp_theta = logp_theta.index_put(
+            (torch.tensor(np.flatnonzero(multi.to_numpy())),), scores.float()
+        )
+    delta_all = logp_theta - torch.tensor(
+        d["logp_rho"].to_numpy(), dtype=torch.float32
+    ) * torch.tensor(multi.to_numpy(), dtype=torch.float32)
+    h = torch.tensor(d["h_rho"].tolist(), dtype=torch.float32)
+    f = torch.tensor(d["features"].tolist(), dtype=torch.float32)
+    b_states = s.flow_head(h, f)
+    c_states = torch.tensor(
+        s.buckets.corrections(
+            [StateKeys(e, c) for e, c in zip(d["exact_key"], d["coarse_key"], strict=True)]
+        ),
+        dtype=torch.float32,
+    )
+    ids = list(scored.index)
+    pos = {tid: i for i, tid in enumerate(ids)}
+    n_b, n_t = len(ids), int(scored["n_actions"].max())
+    row = torch.tensor(d["traj_id"].map(pos).to_numpy())
+    col = torch.tensor(d["t"].to_numpy())
+    delta = torch.zeros(n_b, n_t).index_put((row, col), delta_all)
+    b = torch.zeros(n_b, n_t + 1).index_put((row, col), b_states)
+    c = torch.zeros(n_b, n_t + 1).index_put((row, col), c_states)
+    lengths = torch.tensor(scored["n_actions"].to_numpy(), dtype=torch.long)
+    return TrajectoryBatch(
+        delta_logp=delta,
+        action_mask=torch.arange(n_t)[None, :] < lengths[:, None],
+        lengths=lengths,
+        u=torch.tensor([u[t] for t in ids], dtype=torch.float32),
+        c=c,
+        b=b,
+        log_reward=torch.tensor(
+            [acfg.log_reward(float(x)) for x in scored["reward"]], dtype=torch.float32
+        ),
+        rewards=torch.tensor(scored["reward"].to_numpy(), dtype=torch.float32),
+    )
+
+
+# --- the whole step and the plain loop ---------------------------------------------------------
+def train_step(s: Session, state: TrainState, step: int) -> tuple[TrainState, dict[str, float]]:
+    """One full step in-process (the Flyte workflow runs the same stages as separate tasks)."""
+    trajectories, decisions = rollout_stage(s, step)
+    rescored = rescore_stage(s, decisions)
+    value_sd, outcome_sd, window, vmetrics = value_stage(
+        s, trajectories, decisions, rescored, state.value_window
+    )
+    upd = update_stage(s, trajectories, decisions, rescored, state.actor_optimizer)
+    skills, smetrics = validation_stage(s, trajectories, decisions, step)
+    new_state = checkpoint_stage(state, step, value_sd, outcome_sd, window, upd, skills)
+    return new_state, {**upd["metrics"], **vmetrics, **smetrics}
+
+
+def validation_stage(
+    s: Session, trajectories: pd.DataFrame, decisions: pd.DataFrame, step: int
+) -> tuple[dict[str, Any], dict[str, float]]:
+    """Stage 5: paired W/L/T, the author window and the sequential tests (SPEC §1.8)."""
+    prompts = {r.record_id: r.prompt for r in s.world.train_records}
+    metrics = s.skills.validation_round(
+        trajectories, decisions, prompts, step, s.world.executor, s.cfg.train.seed
+    )
+    return s.skills.to_dict(), metrics
+
+
+def checkpoint_stage(
+    state: TrainState,
+    step: int,
+    value_sd: dict,
+    outcome_sd: dict,
+    window: list,
+    upd: dict,
+    skills: dict[str, Any],
+) -> TrainState:
+    """Stage 6: the next state (adapter, heads, optimizer, statistics, skills, RNG)."""
+    return TrainState(
+        step=step,
+        adapter=upd["adapter"],
+        flow_head=upd["flow_head"],
+        value_head=value_sd,
+        outcome_heads=outcome_sd,
+        actor_optimizer=upd["actor_optimizer"],
+        pool=upd["pool"],
+        buckets=upd["buckets"],
+        value_window=window,
+        skills=skills,
+        rng_state=torch.get_rng_state(),
+    )
+
+
+def evaluate_policy(
+    s: Session, records: list[TaskRecord], use_adapter: bool, runs: int = 1, tag: str = "eval"
+) -> float:
+    """Mean reward of π_θ (or ρ) on ``records`` with the current menus (no pairs, no updates)."""
+    arm = "theta" if use_adapter else "rho"
+    plans = [EpisodePlan(r, arm, k) for r in records for k in range(runs)]
+    ctx = RolloutContext(
+        catalogue=s.world.catalogue,
+        limits=s.cfg.budget,
+        executor=s.world.executor,
+        evaluator=s.world.evaluator,
+        menus=s.skills.menus(),
+        value_head=s.value_head,
+        run_seed=derive_seed(s.cfg.train.seed, tag),
+        step=0,
+        renderer=s.cfg.policy.renderer,
+        temperature=s.cfg.policy.temperature,
+    )
+    trajectories, _ = collect_rollouts(s.policy, plans, ctx)
+    return float(trajectories["reward"].mean())
+
+
+def train(
+    cfg: RunConfig,
+    steps: int | None = None,
+    on_step: Callable[[int, dict[str, float]], None] | None = None,
+) -> tuple[TrainState, list[dict[str, float]]]:
+    """Plain-Python loop over the configured number of steps (no Flyte)."""
+    state = init_state(cfg)
+    world = build_world(cfg)
+    history = []
+    for step in range(1, (steps or cfg.train.steps) + 1):
+        s = open_session(cfg, state, world)
+        state, metrics = train_step(s, state, step)
+        metrics = {k: (float(v) if not math.isnan(v) else float("nan")) for k, v in metrics.items()}
+        history.append(metrics)
+        if on_step:
+            on_step(step, metrics)
+    return state, history
