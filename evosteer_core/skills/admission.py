@@ -27,7 +27,7 @@ WARMUP_EVIDENCE_PER_FAMILY = 12
 
 @dataclass
 class SkillState:
-    """Library, ledger, warm-up evidence and per-skill paired observation counts."""
+    """Library, ledger and the warm-up evidence pool."""
 
     enabled: bool
     warmup_steps: int
@@ -36,7 +36,6 @@ class SkillState:
     library: SkillLibrary = field(default_factory=SkillLibrary)
     ledger: TestLedger = field(default_factory=TestLedger)
     warmup_pool: list[dict[str, Any]] = field(default_factory=list)
-    observations: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def initial(cls, cfg: Any) -> SkillState:
@@ -61,7 +60,6 @@ class SkillState:
             library=SkillLibrary.from_dict(data["library"]),
             ledger=TestLedger.from_dict(data["ledger"]),
             warmup_pool=list(data["warmup_pool"]),
-            observations=dict(data["observations"]),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -73,7 +71,6 @@ class SkillState:
             "library": self.library.to_dict(),
             "ledger": self.ledger.to_dict(),
             "warmup_pool": list(self.warmup_pool),
-            "observations": dict(sorted(self.observations.items())),
         }
 
     # --- what the rollout needs -----------------------------------------------------------
@@ -85,7 +82,8 @@ class SkillState:
         if not self.enabled:
             return ()
         items = [(r.record_id, r.family) for r in batch]
-        return plan_pairs(items, self.library, self.observations, step, self.reeval_every)
+        seen = {e.skill_id: self.ledger.observations(e.skill_id) for e in self.library.entries}
+        return plan_pairs(items, self.library, seen, step, self.reeval_every)
 
     # --- the validation round ---------------------------------------------------------------
     def author(self, executor: Executor, run_seed: int) -> Author:
@@ -106,8 +104,6 @@ class SkillState:
         if not self.enabled:
             return {}
         outcomes = pair_outcomes(trajectories)
-        for o in outcomes:
-            self.observations[o.skill_id] = self.observations.get(o.skill_id, 0) + 1
         evidence = self._evidence(trajectories, decisions, prompts, step)
         self.library, self.ledger, report = validation_round(
             self.library,

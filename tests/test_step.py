@@ -1,0 +1,141 @@
+"""The training step: batch sampling, rollouts, pairs, statistics, update and determinism."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pandas as pd
+import pytest
+import torch
+
+from evosteer_core.config import load_config
+from evosteer_core.records import FAMILIES
+from evosteer_core.sim.skills import LATENT_SKILLS
+from evosteer_core.skills.admission import SkillState
+from evosteer_core.skills.skill import Skill
+from evosteer_core.step import (
+    init_state,
+    open_session,
+    reference_states,
+    rescore_stage,
+    rollout_stage,
+    sample_batch,
+    train,
+    update_stage,
+)
+
+SMALL = {
+    "train.batch_size": 6,
+    "train.rollouts_theta": 1,
+    "train.rollouts_rho": 1,
+    "budget.max_actions": 8,
+    "sim.n_train_per_family": 4,
+    "sim.n_heldout_per_family": 2,
+    "skills.warmup_steps": 1,
+}
+
+
+@pytest.fixture(scope="module")
+def cfg():
+    torch.set_num_threads(1)
+    return load_config(None, overrides=SMALL)
+
+
+def test_sample_batch_is_source_balanced_without_replacement(cfg):
+    s = open_session(cfg, init_state(cfg))
+    records = s.world.train_records
+    for step in range(1, 7):
+        batch = sample_batch(records, 8, run_seed=1, step=step)
+        counts = pd.Series([r.family for r in batch]).value_counts()
+        assert set(counts.index) == set(FAMILIES)
+        assert counts.min() == 1 and counts.max() == 2 and counts.sum() == 8
+        assert len({r.record_id for r in batch}) == 8
+
+    def doubled(step: int) -> tuple[str, ...]:
+        counts = pd.Series([r.family for r in sample_batch(records, 8, 1, step)]).value_counts()
+        return tuple(sorted(counts[counts == 2].index))
+
+    assert len({doubled(k) for k in range(6)}) == 3  # the two extra slots rotate over families
+    with pytest.raises(ValueError, match="batch needs"):
+        sample_batch(records, 6 * 5, 1, 1)
+
+
+def _with_candidate(cfg, family: str):
+    state = init_state(cfg)
+    s = open_session(cfg, state)
+    latent = next(x for x in LATENT_SKILLS)
+    skill = Skill.from_dict({**latent, "family": family}, where="test")
+    s.skills.library, rejection = s.skills.library.admit(skill, 1, [])
+    assert rejection is None
+    return s, skill.skill_id
+
+
+def test_pairs_candidate_selectable_in_treatment_never_seen_by_control(cfg):
+    s, sid = _with_candidate(cfg, "aime")
+    trajectories, decisions = rollout_stage(s, step=3)
+    arms = trajectories.set_index("traj_id")["arm"]
+    treat = trajectories[trajectories["arm"] == "pair_treat"]
+    assert len(treat) == 1 and (treat["pair_skill"] == sid).all()
+    d_arm = decisions["traj_id"].map(arms)
+    first_treat = decisions[(d_arm == "pair_treat") & (decisions["t"] == 0)].iloc[0]
+    assert sid in first_treat["action"] and first_treat["forced"]
+    first_control = decisions[(d_arm == "pair_control") & (decisions["t"] == 0)].iloc[0]
+    assert first_control["action"] == '{"kind":"ADD_AGENT","node_id":"n0","role_id":"solver"}'
+    control_legal = decisions[d_arm == "pair_control"]["legal"]
+    assert not any(sid in a for legal in control_legal for a in legal)
+    # the candidate is in the menu of natural rollouts of its family while under test
+    natural_aime = decisions[(d_arm == "theta") & decisions["traj_id"].str.contains("aime")]
+    assert any(sid in a for legal in natural_aime["legal"] for a in legal)
+
+
+def test_pairs_enter_buckets_but_not_shrinkage_pool(cfg):
+    s, _ = _with_candidate(cfg, "aime")
+    state = init_state(cfg)
+    trajectories, decisions = rollout_stage(s, step=3)
+    rescored = rescore_stage(s, decisions)
+    out = update_stage(s, trajectories, decisions, rescored, state.actor_optimizer)
+    rho = trajectories[(trajectories["arm"] == "rho") & trajectories["healthy"]]
+    n_g, _, _ = s.pool.counts("x", "aime")
+    assert n_g == len(rho)  # natural reference rollouts only
+    paired = trajectories[trajectories["arm"].str.startswith("pair")]
+    eligible = pd.concat([rho, paired])
+    d = decisions[decisions["traj_id"].isin(eligible["traj_id"])]
+    visits = sum(b["n"] for b in _bucket_counts(out["buckets"]))
+    assert visits == 2 * (len(d) + len(eligible))  # exact + coarse, states + terminals
+
+
+def _bucket_counts(buckets: dict) -> list[dict]:
+    rows = []
+    for table in ("exact", "coarse"):
+        for entry in buckets["committed"][table].values():
+            rows.append({"n": entry[1] if isinstance(entry, list) else entry["n"]})
+    return rows
+
+
+def test_reference_states_exclude_theta_and_forced_prefix(cfg):
+    s, _ = _with_candidate(cfg, "aime")
+    trajectories, decisions = rollout_stage(s, step=3)
+    ref = reference_states(trajectories, decisions)
+    arm = decisions["traj_id"].map(trajectories.set_index("traj_id")["arm"])
+    n_rho = int((arm == "rho").sum())
+    n_pair = int((arm.str.startswith("pair") & (decisions["t"] > 0)).sum())
+    n_term = int((trajectories["arm"] != "theta").sum())
+    assert len(ref["features"]) == n_rho + n_pair + n_term
+
+
+def _digest(state) -> str:
+    return hashlib.sha256(state.to_bytes()).hexdigest()
+
+
+def test_two_runs_with_the_same_seed_are_bitwise_identical(cfg):
+    a, hist_a = train(cfg, steps=2)
+    b, hist_b = train(cfg, steps=2)
+    assert _digest(a) == _digest(b)
+    assert pd.DataFrame(hist_a).equals(pd.DataFrame(hist_b))
+    assert any(not torch.equal(v, torch.zeros_like(v)) for v in a.adapter.values())
+
+
+def test_skill_state_round_trips(cfg):
+    s, _ = _with_candidate(cfg, "medqa")
+    again = SkillState.from_dict(s.skills.to_dict(), cfg.skills)
+    assert again.to_dict() == s.skills.to_dict()
