@@ -225,6 +225,29 @@ def test_prompt_truncation_keeps_system_text(fresh: Policy) -> None:
     assert tok.hf.decode(ids[len(system_ids) :]).endswith("word2999")
 
 
+def test_policy_renders_with_its_configured_renderer(fresh: Policy) -> None:
+    state = random_public_state(numpy_rng("test-policy-render"))
+    assert fresh.render(state) == render_compact(state)
+
+
+@pytest.mark.slow
+def test_smollm2_backbone_samples_and_scores(cache_dir: str) -> None:
+    pytest.importorskip("gguf")
+    policy = load_policy(
+        PolicyConfig(
+            backbone="smollm2", lora_r=4, lora_alpha=8.0, max_prompt_tokens=64, cache_dir=cache_dir
+        )
+    )
+    prompts, legal = _batch(2, 10)
+    out = sample_actions(policy, prompts, legal, _generators(2, "smol"))
+    assert all(s.text in a for s, a in zip(out, legal, strict=True))
+    theta = score_actions(policy, prompts, [s.text for s in out], legal, True, False)
+    assert torch.allclose(theta, torch.tensor([s.logp for s in out]), atol=1e-4)
+    assert torch.equal(
+        theta, score_actions(policy, prompts, [s.text for s in out], legal, False, False)
+    )
+
+
 def test_config_errors_name_the_field() -> None:
     with pytest.raises(ValueError, match="dtype"):
         PolicyConfig(dtype="float8")

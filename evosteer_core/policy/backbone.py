@@ -14,8 +14,9 @@ import os
 import shutil
 import tempfile
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from peft import (
@@ -29,11 +30,11 @@ from safetensors.torch import load as load_safetensors
 from safetensors.torch import save as save_safetensors
 from transformers import AutoModelForCausalLM, AutoTokenizer, Cache, LlamaConfig, PreTrainedModel
 
+from evosteer_core.policy.render import RENDERERS, render
 from evosteer_core.policy.tokenizer import TINY_TOKENIZER_DIR, PolicyTokenizer, load_tiny_tokenizer
 from evosteer_core.seeding import derive_seed
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-RENDERERS = ("compact", "full")
 
 TINY_ARCH = {
     "hidden_size": 128,
@@ -80,7 +81,7 @@ class PolicyConfig:
         if self.dtype not in DTYPES:
             raise ValueError(f"PolicyConfig.dtype {self.dtype!r} not in {sorted(DTYPES)}")
         if self.renderer not in RENDERERS:
-            raise ValueError(f"PolicyConfig.renderer {self.renderer!r} not in {RENDERERS}")
+            raise ValueError(f"PolicyConfig.renderer {self.renderer!r} not in {sorted(RENDERERS)}")
         if self.lora_r < 1:
             raise ValueError(f"PolicyConfig.lora_r must be >= 1, got {self.lora_r}")
         if not 0.0 <= self.lora_dropout < 1.0:
@@ -176,6 +177,10 @@ class Policy:
         self._head = base.get_output_embeddings()
         self.device = torch.device(config.device)
 
+    def render(self, state: dict[str, Any]) -> str:
+        """The prompt for a public episode state, with the configured renderer."""
+        return render(state, self.config.renderer)
+
     @contextlib.contextmanager
     def reference(self) -> Iterator[None]:
         """Run the backbone as ρ: the adapter disabled (peft ``disable_adapter``)."""
@@ -269,8 +274,3 @@ def load_policy(config: PolicyConfig) -> Policy:
         model = get_peft_model(base, lora)
     model.eval()
     return Policy(model, PolicyTokenizer(hf_tokenizer, max_prompt), config)
-
-
-def config_dict(config: PolicyConfig) -> dict[str, object]:
-    """The config as a plain dict (for run records)."""
-    return asdict(config)
