@@ -50,6 +50,11 @@ def smollm2_hf_folder(cache_dir: Path) -> Path:
     target = cache_dir / FOLDER_NAME
     if (target / _COMPLETE_MARK).is_file():
         return target
+    if target.exists():
+        raise FileExistsError(
+            f"{target} exists but was not written by smollm2_hf_folder (no {_COMPLETE_MARK}); "
+            "remove it or choose another cache_dir"
+        )
     gguf = smollm2_gguf_path()
     cache_dir.mkdir(parents=True, exist_ok=True)
 
@@ -65,6 +70,9 @@ def smollm2_hf_folder(cache_dir: Path) -> Path:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         (tmp / _COMPLETE_MARK).write_text(f"converted from {gguf}\n")
+        tmp.chmod(0o755)  # mkdtemp makes it private; the folder is shared read-only
+        for item in tmp.iterdir():
+            item.chmod(0o644)
         try:
             tmp.rename(target)
         except OSError:
