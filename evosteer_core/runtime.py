@@ -58,13 +58,21 @@ class Observation:
         return self.action.kind in REPAIR_KINDS or self.action.protocol == "revise"
 
     def summary(self) -> str:
-        """One short line for the policy prompt's history."""
-        text = self.action.to_json()
+        """One short line for the policy prompt's history, e.g.
+        ``ADD_EDGE n0>n1 revise -> n1 ok ans=42`` (skill ids shown by their first 6 hex digits)."""
+        a = self.action
+        parts = [a.kind]
+        if a.source_id is not None:
+            parts.append(f"{a.source_id}>{a.target_id} {a.protocol}")
+        parts += [x for x in (a.node_id, a.role_id) if x is not None]
+        if a.skill_id is not None:
+            parts.append(a.skill_id.removeprefix("evosteer-")[:6])
+        text = " ".join(parts)
         if self.result is not None:
             ans = self.result.answer if self.result.answer is not None else "-"
-            text += f" -> {self.node_id}:{self.result.status} answer={ans[:40]}"
+            text += f" -> {self.node_id} {self.result.status} ans={ans[:24]}"
         if self.reward is not None:
-            text += f" -> reward={self.reward:.3f}"
+            text += f" -> reward {self.reward:.3f}"
         return text
 
 

@@ -300,13 +300,14 @@ def update_stage(
         ).u
         for tid, r in scored.iterrows()
     }
-    batch = _trajectory_batch(s, scored, decisions, rescored, u)
+    built = _trajectory_batch(s, scored, decisions, rescored, u)
     objective = build_objective("anchortb", beta=acfg.beta)
     opt = _actor_optimizer(s.cfg, s.policy, s.flow_head)
     opt.load_state_dict(actor_optimizer)
     opt.zero_grad(set_to_none=True)
-    out = objective(batch)
-    out.loss.backward()
+    out = objective(built.batch)
+    out.loss.backward()  # ψ gets its gradient; the leaf Δℓ gets Γ_t
+    _backprop_actor(s, built.rows, built.delta.grad)
     params = s.policy.trainable_parameters() + list(s.flow_head.parameters())
     grad_norm = float(torch.nn.utils.clip_grad_norm_(params, s.cfg.train.grad_clip))
     opt.step()
@@ -337,43 +338,44 @@ def update_stage(
     }
 
 
+@dataclass
+class _Batch:
+    """A padded batch plus the leaf Δℓ of each decision row it was built from."""
+
+    batch: TrajectoryBatch
+    rows: pd.DataFrame
+    delta: torch.Tensor
+
+
 def _trajectory_batch(
     s: Session,
     scored: pd.DataFrame,
     decisions: pd.DataFrame,
     rescored: pd.DataFrame,
     u: dict[str, float],
-) -> TrajectoryBatch:
-    """Pad the scored trajectories into a :class:`TrajectoryBatch` (Δℓ with grad through θ)."""
+) -> _Batch:
+    """Pad the scored trajectories into a :class:`TrajectoryBatch`.
+
+    Δℓ_t = ℓ_θ − ℓ_ρ comes from the re-scoring stage (same parameters, same prompt, tokens and
+    mask) as a *leaf* tensor: the objective's gradient with respect to it is Γ_t, which
+    :func:`_backprop_actor` turns into the θ-gradient Σ_t Γ_t ∇ℓ_θ (SPEC §1.7, A.22).
+    b_ψ is computed here with its graph, so ψ gets its gradient from the loss directly.
+    """
     acfg = s.pool.config
-    d = decisions.assign(logp_rho=rescored["logp_rho"].to_numpy(), h_rho=rescored["h_rho"])
+    d = decisions.assign(
+        logp_theta=rescored["logp_theta"].to_numpy(),
+        logp_rho=rescored["logp_rho"].to_numpy(),
+        h_rho=rescored["h_rho"],
+    )
     d = d[d["traj_id"].isin(scored.index)]
-    multi = d["legal"].map(len) > 1
-    logp_theta = torch.zeros(len(d), dtype=torch.float32)
-    if multi.any():
-        sub = d[multi]
-        scores = s.policy.score(
-            sub["prompt"].tolist(),
-            sub["action"].tolist(),
-            sub["legal"].tolist(),
-            use_adapter=True,
-            requires_grad=True,
-        )
-        logp_theta = logp_theta.index_put(
-            (torch.tensor(np.flatnonzero(multi.to_numpy())),), scores.float()
-        )
-    delta_all = logp_theta - torch.tensor(
-        d["logp_rho"].to_numpy(), dtype=torch.float32
-    ) * torch.tensor(multi.to_numpy(), dtype=torch.float32)
+    delta_all = torch.tensor(
+        (d["logp_theta"] - d["logp_rho"]).to_numpy(), dtype=torch.float32, requires_grad=True
+    )
     h = torch.tensor(d["h_rho"].tolist(), dtype=torch.float32)
     f = torch.tensor(d["features"].tolist(), dtype=torch.float32)
     b_states = s.flow_head(h, f)
-    c_states = torch.tensor(
-        s.buckets.corrections(
-            [StateKeys(e, c) for e, c in zip(d["exact_key"], d["coarse_key"], strict=True)]
-        ),
-        dtype=torch.float32,
-    )
+    keys = [StateKeys(e, c) for e, c in zip(d["exact_key"], d["coarse_key"], strict=True)]
+    c_states = torch.tensor(s.buckets.corrections(keys), dtype=torch.float32)
     ids = list(scored.index)
     pos = {tid: i for i, tid in enumerate(ids)}
     n_b, n_t = len(ids), int(scored["n_actions"].max())
@@ -383,18 +385,38 @@ def _trajectory_batch(
     b = torch.zeros(n_b, n_t + 1).index_put((row, col), b_states)
     c = torch.zeros(n_b, n_t + 1).index_put((row, col), c_states)
     lengths = torch.tensor(scored["n_actions"].to_numpy(), dtype=torch.long)
-    return TrajectoryBatch(
+    rewards = [float(x) for x in scored["reward"]]
+    batch = TrajectoryBatch(
         delta_logp=delta,
         action_mask=torch.arange(n_t)[None, :] < lengths[:, None],
         lengths=lengths,
         u=torch.tensor([u[t] for t in ids], dtype=torch.float32),
         c=c,
         b=b,
-        log_reward=torch.tensor(
-            [acfg.log_reward(float(x)) for x in scored["reward"]], dtype=torch.float32
-        ),
-        rewards=torch.tensor(scored["reward"].to_numpy(), dtype=torch.float32),
+        log_reward=torch.tensor([acfg.log_reward(x) for x in rewards], dtype=torch.float32),
+        rewards=torch.tensor(rewards, dtype=torch.float32),
     )
+    return _Batch(batch, d, delta_all)
+
+
+def _backprop_actor(s: Session, rows: pd.DataFrame, gamma: torch.Tensor, chunk: int = 64) -> None:
+    """Accumulate Σ_t Γ_t ∇_θ ℓ_θ(a_t|s_t) into the LoRA gradients, one micro-batch at a time.
+
+    Only decisions with more than one legal action have a θ-dependent ℓ (a single legal action
+    scores 0 under θ and ρ alike), so only those are re-scored with a graph.
+    """
+    multi = np.flatnonzero((rows["legal"].map(len) > 1).to_numpy())
+    for start in range(0, len(multi), chunk):
+        idx = multi[start : start + chunk]
+        sub = rows.iloc[idx]
+        scores = s.policy.score(
+            sub["prompt"].tolist(),
+            sub["action"].tolist(),
+            sub["legal"].tolist(),
+            use_adapter=True,
+            requires_grad=True,
+        )
+        (gamma[torch.from_numpy(idx)].detach() * scores.float()).sum().backward()
 
 
 # --- the whole step and the plain loop ---------------------------------------------------------
