@@ -1,0 +1,191 @@
+"""Remote readiness: the workflows compile for a Flyte cluster without one.
+
+Every task is serialized with the images of configs/paper.yaml, and the dynamic bodies of the
+240-step train workflow are compiled the way the cluster compiles them at run time; the
+compiled task templates and node counts are checked.
+"""
+
+from collections import OrderedDict
+from pathlib import Path
+
+import pytest
+from flytekit.configuration import SerializationSettings
+from flytekit.core.base_task import PythonTask
+from flytekit.core.context_manager import ExecutionState, FlyteContextManager
+from flytekit.models.task import Resources
+from flytekit.tools.translator import get_serializable
+
+from evosteer_core.artifacts import ArtifactRef
+from evosteer_core.config import load_config
+from tasks import evaluate as eval_tasks
+from tasks import replay as replay_tasks
+from tasks import step_tasks, tracking_tasks
+from tasks.resources import image_config
+from tasks.spec import make_spec
+from workflows import evaluate as eval_wf
+from workflows import replay as replay_wf
+from workflows import train as train_wf
+
+R = Resources.ResourceName
+ROOT = Path(__file__).resolve().parents[1]
+PAPER = load_config(ROOT / "configs" / "paper.yaml")
+GPU_TASKS = {
+    "rollout",
+    "rollout_shard",
+    "rescore",
+    "anchortb_update",
+    "evaluate_benchmark",
+    "replay_step",
+}
+STATE = ArtifactRef("s3://evosteer-artifacts/paper/objects/00/" + "0" * 64, "0" * 64)
+
+
+def _settings() -> SerializationSettings:
+    return SerializationSettings(
+        image_config=image_config(PAPER), project="evosteer", domain="development", version="v1"
+    )
+
+
+def _all_tasks() -> list[PythonTask]:
+    found = {}
+    for module in (step_tasks, tracking_tasks, eval_tasks, replay_tasks, train_wf, eval_wf):
+        for obj in vars(module).values():
+            if isinstance(obj, PythonTask):
+                found[obj.name] = obj
+    return list(found.values())
+
+
+def _short(name: str) -> str:
+    """Task name without its module (a map task's template is named after its task)."""
+    short = name.rsplit(".", 1)[-1]
+    return "rollout_shard" if short.startswith("map_rollout_shard_") else short
+
+
+def _requests(template) -> dict[int, str]:
+    return {r.name: r.value for r in template.container.resources.requests}
+
+
+def _check_template(template) -> None:
+    name = _short(template.id.name)
+    image = template.container.image
+    if name in GPU_TASKS:
+        assert image == PAPER.images.train_gpu, name
+        assert template.extended_resources.gpu_accelerator.device == "nvidia-h100", name
+        assert _requests(template)[R.GPU] == "1", name
+    else:
+        assert image == PAPER.images.cpu, name
+        assert (
+            not template.extended_resources
+            or not template.extended_resources.gpu_accelerator.device
+        )
+        assert R.GPU not in _requests(template), name
+    assert {R.CPU, R.MEMORY} <= set(_requests(template)), name
+    assert template.metadata.retries.retries >= 1, name
+
+
+def test_every_task_serializes_with_its_image_resources_and_accelerator():
+    tasks = _all_tasks()
+    assert {_short(t.name) for t in tasks} >= GPU_TASKS | {
+        "init_run",
+        "fit_value_head",
+        "validation_round",
+        "checkpoint",
+        "gather_rollouts",
+        "record_step",
+        "record_init",
+        "start_tracking",
+        "end_tracking",
+        "summarize_evaluation",
+        "train",
+        "train_chunk",
+        "evaluate",
+    }
+    for t in tasks:
+        spec = get_serializable(OrderedDict(), _settings(), t)
+        _check_template(spec.template)
+        if _short(t.name) in {
+            "rollout",
+            "rescore",
+            "fit_value_head",
+            "anchortb_update",
+            "validation_round",
+            "checkpoint",
+            "init_run",
+        }:
+            assert spec.template.metadata.discoverable, t.name  # cached
+            assert spec.template.metadata.discovery_version.startswith("0.1.0-"), t.name
+
+
+def test_replay_workflow_compiles():
+    spec = get_serializable(OrderedDict(), _settings(), replay_wf.replay)
+    assert [_short(n.task_node.reference_id.name) for n in spec.template.nodes] == ["replay_step"]
+
+
+def _compile_dynamic(dyn, **kwargs):
+    """Compile a dynamic body as a fresh pod does (flytekit caches the compiled workflow)."""
+    dyn._wf = None
+    ctx = FlyteContextManager.current_context().with_serialization_settings(_settings())
+    with FlyteContextManager.with_context(ctx) as ctx:
+        es = ctx.execution_state.with_params(mode=ExecutionState.Mode.TASK_EXECUTION)
+        with FlyteContextManager.with_context(ctx.with_execution_state(es)) as ctx:
+            return dyn.compile_into_workflow(ctx, dyn._task_function, **kwargs)
+
+
+def test_240_step_train_stays_within_the_per_dynamic_node_guidance():
+    assert PAPER.train.steps == 240
+    outer = _compile_dynamic(train_wf.train, config_yaml=PAPER.to_yaml(), steps=0, rollout_shards=4)
+    chunks = train_wf.chunks(240)
+    assert len(outer.nodes) == len(chunks) + train_wf.OUTER_NODES
+    assert len(outer.nodes) < train_wf.MAX_NODES_PER_DYNAMIC
+    assert chunks[0] == (1, train_wf.CHUNK_STEPS) and chunks[-1][1] == 240
+    assert all(b - a + 1 <= 10 for a, b in chunks)
+    for t in outer.tasks:
+        _check_template(t)
+
+    spec = make_spec(PAPER)
+    first, last = chunks[0]
+    inner = _compile_dynamic(
+        train_wf.train_chunk,
+        spec=spec,
+        config_yaml=PAPER.to_yaml(),
+        mlflow_run="r",
+        first=first,
+        last=last,
+        state=STATE,
+        rollout_shards=4,
+    )
+    assert len(inner.nodes) == train_wf.CHUNK_STEPS * train_wf.NODES_PER_STEP["sharded"]
+    assert len(inner.nodes) < train_wf.MAX_NODES_PER_DYNAMIC
+    kinds = [n.array_node is not None for n in inner.nodes]
+    assert sum(kinds) == train_wf.CHUNK_STEPS  # one map_task (array node) per step
+    for t in inner.tasks:
+        _check_template(t)
+    for n in inner.nodes:
+        if n.array_node is not None:
+            _check_template(
+                next(t for t in inner.tasks if t.id == n.array_node.node.task_node.reference_id)
+            )
+
+
+@pytest.mark.parametrize("shards", [1])
+def test_local_chunk_has_one_rollout_task_per_step(shards):
+    inner = _compile_dynamic(
+        train_wf.train_chunk,
+        spec=make_spec(PAPER),
+        config_yaml=PAPER.to_yaml(),
+        mlflow_run="",
+        first=1,
+        last=3,
+        state=STATE,
+        rollout_shards=shards,
+    )
+    assert len(inner.nodes) == 3 * train_wf.NODES_PER_STEP["local"]
+
+
+def test_evaluate_dynamic_compiles():
+    out = _compile_dynamic(
+        eval_wf.evaluate, config_yaml=PAPER.to_yaml(), state=STATE, benchmarks=[], paths=[], runs=5
+    )
+    assert len(out.nodes) == 6 + 3  # six families, summary, start and end of tracking
+    for t in out.tasks:
+        _check_template(t)

@@ -1,0 +1,1 @@
+"""Flyte workflows: train, evaluate, replay."""
