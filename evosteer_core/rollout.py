@@ -39,6 +39,8 @@ class EpisodePlan:
     rollout_index: int
     pair_skill: str = ""
     pair_kind: str = ""
+    evaluation: bool = False
+    """Evaluation episodes of θ and ρ share their seeds (a paired comparison of the policies)."""
 
     @property
     def traj_id(self) -> str:
@@ -48,10 +50,11 @@ class EpisodePlan:
     def uses_adapter(self) -> bool:
         return self.arm == "theta"
 
-    def episode_key(self, step: int) -> str:
-        """Executor seed key; both arms of a pair share it (common random numbers)."""
+    def seed_key(self, step: int) -> str:
+        """Key of every draw of the episode (executor and sampler); both arms of a pair share
+        it, and so do θ and ρ evaluation episodes (common random numbers)."""
         arm = "pair" if self.arm.startswith("pair") else self.arm
-        return f"s{step}/{self.record.record_id}/{arm}/{self.rollout_index}"
+        return f"s{step}/{self.record.record_id}/{'eval' if self.evaluation else arm}/{self.rollout_index}"
 
     def forced_first(self) -> Action | None:
         """The forced first action of a paired arm: ADD_AGENT(n0, solver[, σ])."""
@@ -98,7 +101,7 @@ def collect_rollouts(
             ctx.evaluator,
             menu=ctx.menus.get(p.record.family, ()),
             run_seed=ctx.run_seed,
-            episode_key=p.episode_key(ctx.step),
+            episode_key=p.seed_key(ctx.step),
             masked_skills=(p.pair_skill,) if p.arm == "pair_control" else (),
         )
         for p in plans
@@ -182,7 +185,7 @@ def _choose(
         if not group:
             continue
         gens = [
-            torch_generator(ctx.run_seed, ctx.step, plans[d["i"]].traj_id, d["t"], "action")
+            torch_generator(ctx.run_seed, plans[d["i"]].seed_key(ctx.step), d["t"], "action")
             for d in group
         ]
         samples = policy.sample(

@@ -474,7 +474,7 @@ def evaluate_policy(
 ) -> float:
     """Mean reward of π_θ (or ρ) on ``records`` with the current menus (no pairs, no updates)."""
     arm = "theta" if use_adapter else "rho"
-    plans = [EpisodePlan(r, arm, k) for r in records for k in range(runs)]
+    plans = [EpisodePlan(r, arm, k, evaluation=True) for r in records for k in range(runs)]
     ctx = RolloutContext(
         catalogue=s.world.catalogue,
         limits=s.cfg.budget,

@@ -183,3 +183,12 @@ def test_two_pass_actor_gradient_equals_direct_autograd(cfg):
     for a, b in zip(two_pass, (p.grad for p in params), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
     assert any(g.abs().sum() > 0 for g in two_pass)
+
+
+def test_evaluation_of_theta_and_rho_is_paired(cfg):
+    """θ and ρ evaluation episodes share every seed: at initialization (θ = ρ) they coincide."""
+    from evosteer_core.step import evaluate_policy
+
+    s = open_session(cfg, init_state(cfg))
+    records = s.world.heldout_records[:6]
+    assert evaluate_policy(s, records, True) == evaluate_policy(s, records, False)
