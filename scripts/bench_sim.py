@@ -15,10 +15,11 @@ import sys
 import time
 from pathlib import Path
 
+from evosteer_core.benchmarks.rewards import evaluate
 from evosteer_core.budget import BudgetLimits
 from evosteer_core.roles import default_catalogue
 from evosteer_core.runtime import Episode
-from evosteer_core.sim import SimExecutor, make_sim_suite, sim_evaluator
+from evosteer_core.sim import SimExecutor, make_sim_suite
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from sim_paradigms import chain, single  # noqa: E402
@@ -28,7 +29,7 @@ def _episodes(paradigm, tasks, executor, catalogue, limits) -> list[Episode]:
     eps = []
     for task in tasks:
         ep = Episode(
-            task, catalogue, limits, executor, sim_evaluator, run_seed=1, episode_key=task.record_id
+            task, catalogue, limits, executor, evaluate, run_seed=1, episode_key=task.record_id
         )
         paradigm(ep)
         eps.append(ep)

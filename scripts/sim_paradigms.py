@@ -22,12 +22,13 @@ import statistics
 from collections.abc import Callable
 
 from evosteer_core.actions import Action
+from evosteer_core.benchmarks.rewards import evaluate
 from evosteer_core.budget import BudgetLimits
 from evosteer_core.records import FAMILIES, TaskRecord
 from evosteer_core.roles import default_catalogue
 from evosteer_core.runtime import Episode
 from evosteer_core.seeding import derive_seed
-from evosteer_core.sim import SimExecutor, make_sim_suite, sim_evaluator
+from evosteer_core.sim import SimExecutor, make_sim_suite
 
 Paradigm = Callable[[Episode], None]
 
@@ -106,7 +107,7 @@ def run_paradigm(
             catalogue,
             limits,
             executor,
-            sim_evaluator,
+            evaluate,
             run_seed=seed,
             episode_key=task.record_id,
         )

@@ -6,6 +6,9 @@ import math
 
 import pytest
 
+from evosteer_core.answers import cued_span
+from evosteer_core.benchmarks.metrics import normalize_squad
+from evosteer_core.benchmarks.rewards import evaluate
 from evosteer_core.budget import BudgetLedger, BudgetLimits
 from evosteer_core.executors.base import (
     CallLimits,
@@ -26,10 +29,7 @@ from evosteer_core.sim import (
     SimExecutor,
     make_sim_record,
     make_sim_suite,
-    normalize_answer,
-    sim_evaluator,
     skill_effect,
-    stated_answer,
 )
 
 CAT = default_catalogue()
@@ -112,7 +112,7 @@ def test_answer_text_format_and_extraction():
         res = ex.run_node(request(t))
         if res.status == "ok":
             assert res.text.rstrip().splitlines()[-1] == f"Answer: {res.answer}"
-            assert stated_answer(res.text) == res.answer
+            assert cued_span(res.text) == res.answer
         else:
             assert res.answer is None
 
@@ -230,7 +230,7 @@ def test_suite_shape_determinism_and_split_disjointness():
         assert t.metric == ("interactive" if t.family == "alfworld" else "qa_em")
         assert 0.0 <= t.meta["difficulty"] <= 1.0
         for a in t.answers:
-            assert normalize_answer(a) == a  # answers survive SQuAD normalization unchanged
+            assert normalize_squad(a) == a  # answers survive SQuAD normalization unchanged
         if t.family == "medqa":
             assert t.answers[0] in t.choices and len(t.choices) == 6
         if t.metric == "qa_em":
@@ -242,20 +242,20 @@ def test_suite_shape_determinism_and_split_disjointness():
         make_sim_record("chess", 0, 0, "train")
 
 
-def test_sim_evaluator_scores_em_and_environment_success():
+def test_rewards_score_sim_records_by_em_and_environment_success():
     task = make_sim_record("nq_open", 0, 0, "train")
     gold = task.answers[0]
-    assert sim_evaluator(task, f"reasoning\nAnswer: {gold.upper()}.", None) == 1.0
-    assert sim_evaluator(task, f"The answer is the {gold}", None) == 1.0
-    assert sim_evaluator(task, f"no cue\n{gold}", None) == 1.0
-    assert sim_evaluator(task, "Answer: something else", None) == 0.0
-    assert sim_evaluator(task, None, None) == 0.0
+    assert evaluate(task, f"reasoning\nAnswer: {gold.upper()}.", None) == 1.0
+    assert evaluate(task, f"The answer is the {gold}", None) == 1.0
+    assert evaluate(task, f"no cue\n{gold}", None) == 1.0
+    assert evaluate(task, "Answer: something else", None) == 0.0
+    assert evaluate(task, None, None) == 0.0
     alf = make_sim_record("alfworld", 0, 0, "train")
     env = SimEnvironment(alf, (0, "k"), slip=0.0)
-    assert sim_evaluator(alf, "Answer: done", env) == 0.0
+    assert evaluate(alf, "Answer: done", env) == 0.0
     for g in alf.meta["subgoals"]:
         env.step(g)
-    assert sim_evaluator(alf, None, env) == 1.0
+    assert evaluate(alf, None, env) == 1.0
 
 
 def test_latent_skills_are_admissible_and_have_signed_effects():

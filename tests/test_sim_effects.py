@@ -11,11 +11,13 @@ import statistics
 
 from test_sim import request
 
+from evosteer_core.answers import cued_span
+from evosteer_core.benchmarks.rewards import evaluate
 from evosteer_core.budget import BudgetLimits
 from evosteer_core.executors.base import Evidence, Message, SkillView
 from evosteer_core.roles import default_catalogue
 from evosteer_core.runtime import Episode
-from evosteer_core.sim import SimExecutor, make_sim_record, sim_evaluator, stated_answer
+from evosteer_core.sim import SimExecutor, make_sim_record
 
 EX = SimExecutor()
 N = 300
@@ -186,7 +188,7 @@ def test_interactive_chain_beats_single_through_the_runtime():
 
     def play(task, roles):
         ep = Episode(
-            task, cat, BudgetLimits(), EX, sim_evaluator, run_seed=3, episode_key=task.record_id
+            task, cat, BudgetLimits(), EX, evaluate, run_seed=3, episode_key=task.record_id
         )
         ep.apply(Action("ADD_AGENT", node_id="n0", role_id=roles[0]))
         ep.apply(Action("SET_OUTPUT", node_id="n0"))
@@ -203,4 +205,4 @@ def test_interactive_chain_beats_single_through_the_runtime():
     single = statistics.fmean(play(t, ["solver"]) for t in tasks)
     chain = statistics.fmean(play(t, ["solver", "verifier"]) for t in tasks)
     assert chain > single + 0.08
-    assert stated_answer("x\nAnswer: done") == "done"
+    assert cued_span("x\nAnswer: done") == "done"

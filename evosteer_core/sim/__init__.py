@@ -7,7 +7,6 @@ visibly and replays bit-identically on a CPU; results obtained with it are label
 from evosteer_core.sim.environment import SimEnvironment
 from evosteer_core.sim.executor import SimExecutor
 from evosteer_core.sim.model import DEFAULT_MODEL, FamilyModel, SimModel
-from evosteer_core.sim.scoring import normalize_answer, sim_evaluator, stated_answer
 from evosteer_core.sim.skills import LATENT_SKILLS, SKILL_EFFECTS, skill_effect
 from evosteer_core.sim.suite import SIM_SOURCE, make_sim_record, make_sim_suite
 
@@ -22,8 +21,5 @@ __all__ = [
     "SimModel",
     "make_sim_record",
     "make_sim_suite",
-    "normalize_answer",
-    "sim_evaluator",
     "skill_effect",
-    "stated_answer",
 ]

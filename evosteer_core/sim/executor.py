@@ -15,6 +15,8 @@ import math
 import random
 from dataclasses import dataclass, field
 
+from evosteer_core.answers import cued_span
+from evosteer_core.benchmarks.metrics import normalize_squad
 from evosteer_core.executors.base import (
     CallLimits,
     Environment,
@@ -28,7 +30,6 @@ from evosteer_core.records import TaskRecord
 from evosteer_core.seeding import derive_seed
 from evosteer_core.sim.environment import SimEnvironment
 from evosteer_core.sim.model import DEFAULT_MODEL, FamilyModel, SimModel
-from evosteer_core.sim.scoring import normalize_answer, stated_answer
 from evosteer_core.sim.skills import skill_effect
 
 _UNIT = float(2**63)
@@ -87,7 +88,7 @@ class _Call:
         return (int.from_bytes(h.digest()[:8], "big") >> 1) / _UNIT
 
     def is_gold(self, answer: str | None) -> bool:
-        return answer is not None and normalize_answer(answer) == normalize_answer(self.gold)
+        return answer is not None and normalize_squad(answer) == normalize_squad(self.gold)
 
 
 class SimExecutor:
@@ -272,7 +273,7 @@ class SimExecutor:
         for m in reversed(req.messages):
             if m.answer and m.answer not in candidates:
                 candidates.append(m.answer)
-        previous = stated_answer(req.previous_output)
+        previous = cued_span(req.previous_output or "")
         if previous and previous not in candidates:
             candidates.append(previous)
         work = _Work(body="")
