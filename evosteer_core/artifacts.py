@@ -127,6 +127,24 @@ def _atomic_target(final: Path) -> Iterator[BinaryIO]:
     _fsync_dir(final.parent)
 
 
+def _verified_bytes(ref: ArtifactRef, data: bytes) -> bytes:
+    """``data`` if its SHA-256 is the one ``ref`` names, else ``CorruptArtifactError``."""
+    actual = hashlib.sha256(data).hexdigest()
+    if actual != ref.sha256:
+        raise CorruptArtifactError(ref.uri, ref.sha256, actual)
+    return data
+
+
+def _verified_copy(ref: ArtifactRef, stream: BinaryIO, dest: Path) -> Path:
+    """Copy ``stream`` to ``dest`` atomically; a content that does not hash to ``ref`` raises
+    ``CorruptArtifactError`` and leaves ``dest`` untouched."""
+    with _atomic_target(dest) as sink:
+        actual = _hash_stream(stream, sink)
+        if actual != ref.sha256:
+            raise CorruptArtifactError(ref.uri, ref.sha256, actual)
+    return dest
+
+
 def _fsync_dir(path: Path) -> None:
     """Persist a rename: fsync the directory that holds the new name."""
     dir_fd = os.open(path, os.O_RDONLY)
@@ -195,19 +213,11 @@ class LocalStore:
 
     def get_bytes(self, ref: ArtifactRef) -> bytes:
         with self._open(ref) as fh:
-            data = fh.read()
-        actual = hashlib.sha256(data).hexdigest()
-        if actual != ref.sha256:
-            raise CorruptArtifactError(ref.uri, ref.sha256, actual)
-        return data
+            return _verified_bytes(ref, fh.read())
 
     def get_file(self, ref: ArtifactRef, dest: str | Path) -> Path:
-        dest = Path(dest)
-        with self._open(ref) as src, _atomic_target(dest) as sink:
-            actual = _hash_stream(src, sink)
-            if actual != ref.sha256:
-                raise CorruptArtifactError(ref.uri, ref.sha256, actual)
-        return dest
+        with self._open(ref) as src:
+            return _verified_copy(ref, src, Path(dest))
 
     def exists(self, ref: ArtifactRef) -> bool:
         return self._object_path(ref.sha256).is_file()
@@ -310,21 +320,14 @@ class S3Store:
                 raise MissingArtifactError(f"{what} not found in {self.root}") from None
             raise
 
+    def _object_body(self, ref: ArtifactRef):
+        return self._get_body(self._key(object_key(ref.sha256)), f"artifact {ref.uri}")
+
     def get_bytes(self, ref: ArtifactRef) -> bytes:
-        data = self._get_body(self._key(object_key(ref.sha256)), f"artifact {ref.uri}").read()
-        actual = hashlib.sha256(data).hexdigest()
-        if actual != ref.sha256:
-            raise CorruptArtifactError(ref.uri, ref.sha256, actual)
-        return data
+        return _verified_bytes(ref, self._object_body(ref).read())
 
     def get_file(self, ref: ArtifactRef, dest: str | Path) -> Path:
-        dest = Path(dest)
-        body = self._get_body(self._key(object_key(ref.sha256)), f"artifact {ref.uri}")
-        with _atomic_target(dest) as sink:
-            actual = _hash_stream(body, sink)
-            if actual != ref.sha256:
-                raise CorruptArtifactError(ref.uri, ref.sha256, actual)
-        return dest
+        return _verified_copy(ref, self._object_body(ref), Path(dest))
 
     def exists(self, ref: ArtifactRef) -> bool:
         return self._head(self._key(object_key(ref.sha256))) is not None

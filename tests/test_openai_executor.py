@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import socket
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from json_server import JSONServer
 
 from evosteer_core.executors.base import (
     CallLimits,
@@ -36,44 +34,27 @@ def reply(text: str, *, finish: str = "stop", usage: tuple[int, int] | None = (1
 
 class FakeServer:
     """Answers each POST /v1/chat/completions with the next scripted (status, body) pair and
-    records every request payload."""
+    records every request payload and the last request's headers."""
 
     def __init__(self) -> None:
         self.script: list[tuple[int, dict]] = []
         self.requests: list[dict] = []
-        fake = self
+        self.headers: dict[str, str] = {}
+        self.base_url = ""
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                assert self.path == "/v1/chat/completions", self.path
-                fake.requests.append(
-                    json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                )
-                fake.headers = dict(self.headers)
-                status, body = fake.script.pop(0)
-                payload = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.base_url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
+    def respond(self, path: str, body: dict, headers: dict[str, str]) -> tuple[int, dict]:
+        assert path == "/v1/chat/completions", path
+        self.requests.append(body)
+        self.headers = headers
+        return self.script.pop(0)
 
 
 @pytest.fixture
 def fake() -> Iterator[FakeServer]:
     srv = FakeServer()
-    srv.thread.start()
-    yield srv
-    srv.server.shutdown()
-    srv.server.server_close()
-    srv.thread.join()
+    with JSONServer(srv.respond) as http:
+        srv.base_url = f"{http.root}/v1"
+        yield srv
 
 
 def request(

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from json_server import JSONServer
 
 from evosteer_core.tools.search import (
     BM25Retriever,
@@ -60,55 +59,35 @@ def test_bm25_from_jsonl_and_its_errors(tmp_path):
 
 
 class _SearchService:
-    """A tiny retrieval service on 127.0.0.1 that answers with BM25 over CORPUS, or with a
-    scripted failure."""
+    """A tiny retrieval service that answers with BM25 over CORPUS, or with a scripted
+    failure."""
 
     def __init__(self) -> None:
         self.index = BM25Retriever(CORPUS)
         self.mode = "ok"
         self.requests: list[dict] = []
-        service = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                service.requests.append(body)
-                if service.mode == "error":
-                    self._send(500, b'{"detail": "index offline"}')
-                elif service.mode == "malformed":
-                    self._send(200, b'{"results": []}')
-                else:
-                    hits = service.index.search(body["query"], body["k"])
-                    rows = [{"doc_id": p.doc_id, "text": p.text, "score": p.score} for p in hits]
-                    self._send(200, json.dumps({"passages": rows}).encode())
-
-            def _send(self, code: int, payload: bytes) -> None:
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/search"
-        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
+    def respond(self, path: str, body: dict, headers: dict[str, str]) -> tuple[int, object]:
+        self.requests.append(body)
+        if self.mode == "error":
+            return 500, {"detail": "index offline"}
+        if self.mode == "malformed":
+            return 200, {"results": []}
+        hits = self.index.search(body["query"], body["k"])
+        rows = [{"doc_id": p.doc_id, "text": p.text, "score": p.score} for p in hits]
+        return 200, {"passages": rows}
 
 
 @pytest.fixture
-def service() -> Iterator[_SearchService]:
+def service() -> Iterator[tuple[_SearchService, JSONServer]]:
     svc = _SearchService()
-    svc.thread.start()
-    yield svc
-    svc.server.shutdown()
-    svc.server.server_close()
-    svc.thread.join()
+    with JSONServer(svc.respond) as http:
+        yield svc, http
 
 
 def test_http_retriever_posts_query_and_reads_passages(service):
-    r = HTTPRetriever(service.url, timeout_s=5)
+    service, http = service
+    r = HTTPRetriever(f"{http.root}/search", timeout_s=5)
     hits = r.search("capital of Germany", 2)
     assert service.requests == [{"query": "capital of Germany", "k": 2}]
     assert hits[0] == Passage("berlin", CORPUS[1][1], pytest.approx(hits[0].score))
@@ -116,18 +95,17 @@ def test_http_retriever_posts_query_and_reads_passages(service):
 
 
 def test_http_retriever_failures_raise_retriever_error(service):
-    r = HTTPRetriever(service.url, timeout_s=5)
+    service, http = service
+    r = HTTPRetriever(f"{http.root}/search", timeout_s=5)
     service.mode = "error"
     with pytest.raises(RetrieverError, match="HTTP 500"):
         r.search("x", 3)
     service.mode = "malformed"
     with pytest.raises(RetrieverError, match="malformed reply"):
         r.search("x", 3)
-    port = service.server.server_address[1]
-    service.server.shutdown()
-    service.server.server_close()
+    http.close()
     with pytest.raises(RetrieverError, match="unreachable"):
-        HTTPRetriever(f"http://127.0.0.1:{port}/search", timeout_s=2).search("x", 3)
+        HTTPRetriever(f"{http.root}/search", timeout_s=2).search("x", 3)
     with pytest.raises(ValueError, match="http"):
         HTTPRetriever("ftp://example/search")
 

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.stats import binomtest
+from skill_examples import skill
 
 from evosteer_core.records import FAMILIES
 from evosteer_core.seeding import numpy_rng
@@ -25,22 +26,9 @@ from evosteer_core.skills.sequential import (
     sign_test,
     upper_tail,
 )
-from evosteer_core.skills.skill import Skill
 from evosteer_core.skills.validation import context_key, validation_round
 
 ALPHA = 0.05
-
-
-def skill(i: int, family: str) -> Skill:
-    return Skill(
-        name=f"procedure {family} {i}",
-        description="Check each intermediate result before the next step.",
-        trigger=f"a {family} task with several steps ({i})",
-        plan=("Write the intermediate result.", "Check it against the task."),
-        pitfall=("Skipping the check.",),
-        constraint=("Keep the answer format.",),
-        family=family,
-    )
 
 
 # ------------------------------------------------------------------------------ statistics

@@ -6,6 +6,7 @@ import json
 from collections import Counter
 
 import pytest
+from skill_examples import skill
 
 from evosteer_core.executors.base import NodeRequest, NodeResult
 from evosteer_core.records import FAMILIES
@@ -37,18 +38,6 @@ from evosteer_core.skills.pairs import (
 from evosteer_core.skills.sequential import TestLedger
 from evosteer_core.skills.skill import Skill
 from evosteer_core.skills.validation import validation_round
-
-
-def skill(i: int, family: str) -> Skill:
-    return Skill(
-        name=f"procedure {family} {i}",
-        description="Check each intermediate result before the next step.",
-        trigger=f"a {family} task with several steps ({i})",
-        plan=("Write the intermediate result.", "Check it against the task."),
-        pitfall=("Skipping the check.",),
-        constraint=("Keep the answer format.",),
-        family=family,
-    )
 
 
 def traj(record: str, family: str, reward: float | None, **kw) -> TrajectorySummary:

@@ -11,8 +11,6 @@ import contextlib
 import hashlib
 import json
 import os
-import shutil
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +28,7 @@ from safetensors.torch import load as load_safetensors
 from safetensors.torch import save as save_safetensors
 from transformers import AutoModelForCausalLM, AutoTokenizer, Cache, LlamaConfig, PreTrainedModel
 
+from evosteer_core.model_cache import is_complete, publish_folder
 from evosteer_core.policy.render import RENDERERS, render
 from evosteer_core.policy.tokenizer import TINY_TOKENIZER_DIR, PolicyTokenizer, load_tiny_tokenizer
 from evosteer_core.seeding import derive_seed
@@ -121,9 +120,8 @@ def tiny_model_folder(cache_dir: Path, seed: int) -> Path:
     tokenizer_sha = hashlib.sha256((TINY_TOKENIZER_DIR / "tokenizer.json").read_bytes()).hexdigest()
     key = json.dumps({"arch": TINY_ARCH, "tokenizer": tokenizer_sha, "seed": seed}, sort_keys=True)
     target = Path(cache_dir) / f"tiny-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
-    if (target / _COMPLETE_MARK).is_file():
+    if is_complete(target, _COMPLETE_MARK):
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
     tokenizer = load_tiny_tokenizer()
     config = LlamaConfig(
         vocab_size=len(tokenizer),
@@ -135,19 +133,12 @@ def tiny_model_folder(cache_dir: Path, seed: int) -> Path:
     with torch.random.fork_rng(devices=[]):
         model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     _seeded_init(model, derive_seed(seed, "tiny-backbone-init"), TINY_ARCH["initializer_range"])
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    try:
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        (tmp / _COMPLETE_MARK).write_text(key + "\n")
-        try:
-            tmp.rename(target)
-        except OSError:
-            if not (target / _COMPLETE_MARK).is_file():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return target
+
+    def fill(folder: Path) -> None:
+        model.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+
+    return publish_folder(target, _COMPLETE_MARK, key + "\n", fill)
 
 
 def resolve_backbone(config: PolicyConfig) -> str:
