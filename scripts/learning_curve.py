@@ -86,7 +86,9 @@ def main() -> None:
             f"  seed {seed}: untrained θ {e['theta'][0]:.3f} → trained θ {e['theta'][-1]:.3f} "
             f"(ρ {e['rho'][-1]:.3f}); gain {gains[-1]:+.3f}"
         )
-    print(f"  mean gain {np.mean(gains):+.3f} ± {np.std(gains, ddof=1) if len(gains) > 1 else 0:.3f}")
+    print(
+        f"  mean gain {np.mean(gains):+.3f} ± {np.std(gains, ddof=1) if len(gains) > 1 else 0:.3f}"
+    )
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for seed, r in results.items():
         e, c = r["evals"], r["curve"]
