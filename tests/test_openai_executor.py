@@ -210,10 +210,20 @@ def test_malformed_reply_is_an_infra_failure(fake):
 def test_missing_usage_is_estimated_and_flagged(fake):
     fake.script = [(200, reply("The answer is 42", usage=None))]
     res = executor(fake).run_node(request())
-    assert res.status == "ok" and res.failure_kind == "usage_estimated"
+    assert (res.status, res.failure_kind, res.usage_estimated) == ("ok", None, True)
     sent = fake.requests[0]["messages"]
     assert res.tokens_in == sum((len(m["content"]) + 3) // 4 for m in sent)  # 4 chars per token
     assert res.tokens_out == (len("The answer is 42") + 3) // 4
+    # The note is independent of the status; reported usage is never flagged.
+    fake.script = [(200, reply("The answer is", finish="length", usage=None))]
+    cut = executor(fake).run_node(request())
+    assert (cut.status, cut.failure_kind, cut.usage_estimated) == (
+        "truncated",
+        "output_budget",
+        True,
+    )
+    fake.script = [(200, reply("The answer is 42"))]
+    assert not executor(fake).run_node(request()).usage_estimated
 
 
 def test_length_finish_is_truncated_and_its_tool_call_not_run(fake):

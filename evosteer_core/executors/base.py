@@ -129,7 +129,9 @@ class NodeRequest:
 
 @dataclass(frozen=True)
 class NodeResult:
-    """One node execution's outcome. ``answer`` is the extracted answer (None if none stated)."""
+    """One node execution's outcome. ``answer`` is the extracted answer (None if none stated).
+    ``usage_estimated``: the token counts are estimates because the model server reported no
+    usage (a note on the accounting, not a failure)."""
 
     text: str
     answer: str | None
@@ -144,6 +146,7 @@ class NodeResult:
     evidence: tuple[Evidence, ...] = field(default=())
     env_steps: int = 0
     env_last_ok: bool | None = None
+    usage_estimated: bool = False
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:

@@ -177,8 +177,6 @@ class OpenAIExecutor:
             return self._result(turn, "", start, "infra_failure", exc.kind)
         if status == "ok" and turn.tool_failed:
             status, failure = "tool_error", "tool_unavailable"
-        if status == "ok" and turn.usage_estimated:
-            failure = "usage_estimated"
         return self._result(turn, text, start, status, failure)
 
     # --- one model call ----------------------------------------------------------------
@@ -346,4 +344,5 @@ class OpenAIExecutor:
             evidence=tuple(turn.evidence),
             env_steps=turn.env_steps,
             env_last_ok=turn.env_last_ok,
+            usage_estimated=turn.usage_estimated,
         )
