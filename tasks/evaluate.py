@@ -1,6 +1,5 @@
 """Evaluation tasks: one benchmark × N runs of a frozen checkpoint, and the summary table."""
 
-
 from flytekit import Cache, task
 
 from evosteer_core import step as core

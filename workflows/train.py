@@ -47,6 +47,7 @@ OUTER_NODES = 4
 CHUNK_STEPS = min(10, (MAX_NODES_PER_DYNAMIC - 2) // NODES_PER_STEP["sharded"])
 """Steps per chunk: at most 10, and few enough that a sharded chunk stays under the guidance."""
 
+
 class TrainOutputs(typing.NamedTuple):
     run_id: str
     mlflow_run: str

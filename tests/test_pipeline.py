@@ -1,0 +1,169 @@
+"""The train workflow run locally in-process: MLflow per step, resume by cache, crash-resume,
+and the replay command (bit-identical, then a tampered artifact named)."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+from mlflow import MlflowClient
+from pipeline_support import SMALL, count_stage_calls, isolate_flyte_cache, small_config
+
+from evosteer_core import step as core
+from evosteer_core.artifacts import RunIndex, object_key, open_store
+from evosteer_core.cli import main as cli_main
+from evosteer_core.stepio import STEP_ARTIFACTS, run_id_for
+from evosteer_core.tracking import resolve_tracking
+from workflows.train import train
+
+METRICS = (
+    "reward_theta",
+    "reward_rho",
+    "loss",
+    "anchor_only_loss",
+    "value_mse",
+    "anchor_auc",
+    "skills_candidate",
+    "skills_validated",
+    "skills_retired",
+    "alpha_spent",
+)
+
+
+@pytest.fixture(scope="module")
+def flyte_env(tmp_path_factory):
+    with pytest.MonkeyPatch.context() as mp:
+        isolate_flyte_cache(mp, tmp_path_factory.mktemp("home"))
+        yield mp
+
+
+@pytest.fixture(scope="module")
+def base_run(flyte_env, tmp_path_factory):
+    """A finished 3-step run (shared: later tests extend, crash-compare and replay it)."""
+    cfg = small_config(tmp_path_factory.mktemp("run"))
+    out = train(config_yaml=cfg.to_yaml(), steps=3)
+    return cfg, out
+
+
+def _mlflow(cfg):
+    return MlflowClient(tracking_uri=resolve_tracking(cfg.tracking, cfg.store)[0])
+
+
+def test_three_steps_log_every_metric_and_adapter_per_step(base_run):
+    cfg, out = base_run
+    assert out.run_id == run_id_for(cfg)
+    client = _mlflow(cfg)
+    run = client.get_run(out.mlflow_run)
+    assert run.info.status == "FINISHED"
+    assert run.data.params["train.batch_size"] == "6"
+    assert run.data.tags["flyte.execution_id"]
+    for name in METRICS:
+        steps = [m.step for m in client.get_metric_history(out.mlflow_run, name)]
+        assert sorted(steps) == [1, 2, 3], name
+    for k in (1, 2, 3):
+        files = {f.path for f in client.list_artifacts(out.mlflow_run, f"step_{k:04d}")}
+        assert {
+            f"step_{k:04d}/{n}"
+            for n in ("adapter.pt", "heads.pt", "skills.json", "ledger.json", "refs.json")
+        } <= files
+    index = RunIndex(open_store(cfg.store.root), out.run_id)
+    assert index.steps() == [0, 1, 2, 3]
+    for k in (1, 2, 3):
+        assert set(index.step_artifacts(k)) == set(STEP_ARTIFACTS)
+    assert index.lookup(3, "state") == out.state
+    assert run.data.tags["sha256.state"] == out.state.sha256
+
+
+def test_extending_to_four_steps_executes_only_step_four(base_run, flyte_env):
+    cfg, first = base_run
+    calls = count_stage_calls(flyte_env)
+    out = train(config_yaml=cfg.to_yaml(), steps=4)
+    assert {k: v for k, v in calls.items() if k[1] is not None} == {
+        ("rollout_stage", 4): 1,
+        ("validation_stage", 4): 1,
+        ("checkpoint_stage", 4): 1,
+    }
+    assert calls[("rescore_stage", None)] == calls[("update_stage", None)] == 1
+    index = RunIndex(open_store(cfg.store.root), out.run_id)
+    assert out.run_id == first.run_id and index.steps() == [0, 1, 2, 3, 4]
+    assert index.lookup(3, "state") == first.state  # the cached steps are the same artifacts
+    client = _mlflow(cfg)
+    assert out.mlflow_run != first.mlflow_run  # one MLflow run per workflow execution
+    steps = [m.step for m in client.get_metric_history(out.mlflow_run, "reward_theta")]
+    assert sorted(steps) == [1, 2, 3, 4]
+
+
+def test_cli_train_contract_and_report(base_run, flyte_env, capsys, tmp_path):
+    """`evosteer train` over the finished run: all cached, summary, run id on the last line."""
+    cfg, out = base_run
+    calls = count_stage_calls(flyte_env)
+    sets = [arg for k, v in SMALL.items() for arg in ("--set", f"{k}={v}")]
+    argv = ["train", "--steps", "4", "--run-dir", cfg.store.root, *sets]
+    assert cli_main(argv) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[-1] == out.run_id
+    assert not calls  # every stage task was a cache hit
+    text = "\n".join(lines)
+    assert f"Artifact root:  {cfg.store.root}" in text
+    assert "mlflow ui --backend-store-uri sqlite:///" in text and "MLflow run:" in text
+
+    report = tmp_path / "report.html"
+    argv = ["report", "--run-dir", cfg.store.root, "--run", out.run_id, "--out", str(report)]
+    assert cli_main(argv) == 0
+    page = report.read_text()
+    assert page.count("data:image/png;base64,") == 4
+    assert "SIMULATED" in page and "Learning curve" in page and "Alpha spent" in page
+
+
+def test_crash_during_step_three_then_resume_is_bit_identical(base_run, tmp_path):
+    cfg, uninterrupted = base_run
+    crashed = small_config(tmp_path / "crashed")  # another store: nothing cached for it yet
+    original = core.update_stage
+
+    def crash_at_step_three(s, trajectories, *args, **kwargs):
+        if int(trajectories["step"].iloc[0]) == 3:
+            raise RuntimeError("injected failure in anchortb_update at step 3")
+        return original(s, trajectories, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(core, "update_stage", crash_at_step_three)
+        with pytest.raises(Exception, match="injected failure"):
+            train(config_yaml=crashed.to_yaml(), steps=3)
+    index = RunIndex(open_store(crashed.store.root), run_id_for(crashed))
+    assert index.steps() == [0, 1, 2]  # step 3 never recorded
+
+    with pytest.MonkeyPatch.context() as mp:
+        calls = count_stage_calls(mp)
+        resumed = train(config_yaml=crashed.to_yaml(), steps=3)
+    # steps 1-2 and step 3's rollout/rescore come from the cache; the rest of step 3 runs
+    assert [k for k in calls if k[0] == "rollout_stage"] == []
+    assert calls[("update_stage", None)] == 1 and calls[("checkpoint_stage", 3)] == 1
+    assert resumed.state.sha256 == uninterrupted.state.sha256
+    for k in (1, 2, 3):
+        a = RunIndex(open_store(cfg.store.root), uninterrupted.run_id).step_artifacts(k)
+        b = index.step_artifacts(k)
+        assert {n: r.sha256 for n, r in a.items()} == {n: r.sha256 for n, r in b.items()}
+
+
+def test_replay_identical_then_tampered_artifact_is_named(base_run, tmp_path, capsys):
+    cfg, out = base_run
+    args = ["replay", "--run-dir", cfg.store.root, "--run", out.run_id, "--step", "2"]
+    assert cli_main(args) == 0
+    text = capsys.readouterr().out
+    for name in STEP_ARTIFACTS:
+        assert f"{name}: identical" in text
+    assert "every artifact identical" in text
+
+    copy = tmp_path / "tampered"
+    shutil.copytree(cfg.store.root, copy)
+    ref = RunIndex(open_store(str(copy)), out.run_id).lookup(2, "value")
+    target = copy / object_key(ref.sha256)
+    data = bytearray(target.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    target.write_bytes(bytes(data))
+    assert cli_main(["replay", "--run-dir", str(copy), "--run", out.run_id, "--step", "2"]) == 1
+    text = capsys.readouterr().out
+    assert "value: DIFFERS" in text and "corrupt" in text
+    assert "differing artifacts: value" in text.splitlines()[-1]
+    for name in set(STEP_ARTIFACTS) - {"value"}:
+        assert f"{name}: identical" in text
