@@ -36,7 +36,7 @@ class TrainState:
 
     @classmethod
     def from_bytes(cls, data: bytes) -> TrainState:
-        return cls(**torch.load(io.BytesIO(data), weights_only=False))
+        return cls(**torch.load(io.BytesIO(data), map_location="cpu", weights_only=False))
 
 
 def to_bytes(obj: Any) -> bytes:
@@ -47,4 +47,4 @@ def to_bytes(obj: Any) -> bytes:
 
 
 def from_bytes(data: bytes) -> Any:
-    return torch.load(io.BytesIO(data), weights_only=False)
+    return torch.load(io.BytesIO(data), map_location="cpu", weights_only=False)

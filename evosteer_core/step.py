@@ -124,7 +124,7 @@ def init_state(cfg: RunConfig) -> TrainState:
         outcome_heads=_cpu(
             OutcomeHeads(policy.hidden_size, seed=derive_seed(seed, "outcome_heads")).state_dict()
         ),
-        actor_optimizer=opt.state_dict(),
+        actor_optimizer=_cpu_tree(opt.state_dict()),
         pool=ShrinkagePool(acfg).to_dict(),
         buckets=StructuralBuckets(acfg).to_dict(),
         value_window=[],
@@ -135,6 +135,17 @@ def init_state(cfg: RunConfig) -> TrainState:
 
 def _cpu(sd: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {k: v.detach().cpu().clone() for k, v in sd.items()}
+
+
+def _cpu_tree(obj: Any) -> Any:
+    """Every tensor in a nested dict/list moved to the CPU (checkpoints are device-free)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().cpu().clone()
+    if isinstance(obj, dict):
+        return {k: _cpu_tree(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return type(obj)(_cpu_tree(v) for v in obj)
+    return obj
 
 
 # --- stage 1: rollouts ---------------------------------------------------------------------
@@ -203,9 +214,9 @@ def rescore_stage(s: Session, decisions: pd.DataFrame) -> pd.DataFrame:
         {
             "traj_id": decisions["traj_id"],
             "t": decisions["t"],
-            "logp_theta": lt.double().numpy(),
-            "logp_rho": lr.double().numpy(),
-            "h_rho": [row.tolist() for row in h.float()],
+            "logp_theta": lt.double().cpu().numpy(),
+            "logp_rho": lr.double().cpu().numpy(),
+            "h_rho": [row.tolist() for row in h.float().cpu()],
         }
     )
 
@@ -331,7 +342,7 @@ def update_stage(
     return {
         "adapter": s.policy.adapter_state(),
         "flow_head": _cpu(s.flow_head.state_dict()),
-        "actor_optimizer": opt.state_dict(),
+        "actor_optimizer": _cpu_tree(opt.state_dict()),
         "pool": s.pool.to_dict(),
         "buckets": s.buckets.to_dict(),
         "metrics": metrics,
@@ -416,7 +427,8 @@ def _backprop_actor(s: Session, rows: pd.DataFrame, gamma: torch.Tensor, chunk: 
             use_adapter=True,
             requires_grad=True,
         )
-        (gamma[torch.from_numpy(idx)].detach() * scores.float()).sum().backward()
+        weights = gamma[torch.from_numpy(idx)].detach().to(scores.device)
+        (weights * scores.float()).sum().backward()
 
 
 # --- the whole step and the plain loop ---------------------------------------------------------

@@ -1,0 +1,169 @@
+"""GPU check of the policy and training paths: CUDA placement and dtypes, θ/ρ sampling and
+scoring, HF generation on the GPU (no vLLM), and one tiny-sim training step on the GPU.
+
+Usage: python scripts/gpu_check.py [--device cuda] [--out DIR]
+Writes DIR/gpu_check.json with every figure and check, and prints it. Each section records its
+error instead of stopping the script, so one run on a lent GPU gives the whole picture.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from evosteer_core.config import load_config
+from evosteer_core.policy.backbone import PolicyConfig, load_policy
+from evosteer_core.policy.encode import encode_h_rho
+from evosteer_core.policy.render import render_compact
+from evosteer_core.policy.sampling import sample_actions
+from evosteer_core.policy.scoring import score_actions
+from evosteer_core.policy.vocabulary import random_legal_set, random_public_state
+from evosteer_core.step import init_state, open_session, train_step
+
+
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def policy_section(device: str, dtype: str, cache: str, n: int = 64) -> dict:
+    """Placement, dtype, θ = ρ at init, sampled ℓ = scored ℓ, and rates on ``device``."""
+    pol = load_policy(
+        PolicyConfig(
+            backbone="tiny",
+            device=device,
+            dtype=dtype,
+            lora_r=8,
+            lora_alpha=16.0,
+            seed=0,
+            cache_dir=cache,
+        )
+    )
+    params = list(pol.model.parameters())
+    rng = np.random.default_rng(0)
+    prompts = [render_compact(random_public_state(rng)) for _ in range(n)]
+    legal = [random_legal_set(rng) for _ in range(n)]
+    gens = [torch.Generator().manual_seed(i) for i in range(n)]
+    _sync(device)
+    t = time.perf_counter()
+    with torch.no_grad():
+        samples = sample_actions(pol, prompts, legal, gens)
+    _sync(device)
+    t_sample = time.perf_counter() - t
+    texts = [s.text for s in samples]
+    t = time.perf_counter()
+    theta = score_actions(pol, prompts, texts, legal, use_adapter=True, requires_grad=False)
+    rho = score_actions(pol, prompts, texts, legal, use_adapter=False, requires_grad=False)
+    _sync(device)
+    t_score = time.perf_counter() - t
+    h = encode_h_rho(pol, prompts)
+    sampled = torch.tensor([s.logp for s in samples])
+    return {
+        "params_on_device": all(p.device.type == torch.device(device).type for p in params),
+        "param_dtypes": sorted({str(p.dtype) for p in params}),
+        "score_device": str(theta.device),
+        "h_rho_shape": list(h.shape),
+        "h_rho_rms": float(h.float().pow(2).mean().sqrt()),
+        "delta_logp_zero_at_init": bool(torch.equal(theta, rho)),
+        "max_abs_sampled_minus_scored": float((sampled - theta.float().cpu()).abs().max()),
+        "every_sample_legal": all(s.text in lg for s, lg in zip(samples, legal, strict=True)),
+        "sample_decisions_per_s": n / t_sample,
+        "score_theta_rho_s": t_score,
+    }
+
+
+def generation_section(device: str, cache: str) -> dict:
+    """Plain HF ``generate`` of the backbone on ``device`` (the vLLM-free serving path)."""
+    pol = load_policy(PolicyConfig(backbone="tiny", device=device, seed=0, cache_dir=cache))
+    tok = pol.tokenizer.hf
+    base = pol.model.get_base_model()
+    ids = tok(["family aime\naction:"] * 16, return_tensors="pt").input_ids.to(device)
+    _sync(device)
+    t = time.perf_counter()
+    with torch.no_grad():
+        out = base.generate(ids, max_new_tokens=64, do_sample=False, pad_token_id=tok.pad_token_id)
+    _sync(device)
+    dt = time.perf_counter() - t
+    return {
+        "output_device": str(out.device),
+        "new_tokens": int(out.shape[1] - ids.shape[1]),
+        "tokens_per_s": 16 * (out.shape[1] - ids.shape[1]) / dt,
+    }
+
+
+def step_section(device: str, steps: int) -> dict:
+    """``steps`` tiny-sim training steps with the policy on ``device``; twice, for determinism."""
+    cfg = load_config(
+        None,
+        overrides={
+            "policy.device": device,
+            "train.batch_size": 12,
+            "train.rollouts_theta": 1,
+            "train.rollouts_rho": 1,
+        },
+    )
+    digests, times, metrics = [], [], []
+    for _ in range(2):
+        state = init_state(cfg)
+        world = None
+        t = time.perf_counter()
+        for step in range(1, steps + 1):
+            s = open_session(cfg, state, world)
+            world = s.world
+            state, m = train_step(s, state, step)
+        times.append(time.perf_counter() - t)
+        metrics.append(m)
+        import hashlib
+
+        digests.append(hashlib.sha256(state.to_bytes()).hexdigest())
+    return {
+        "seconds_per_run": times,
+        "steps": steps,
+        "bitwise_identical_runs": digests[0] == digests[1],
+        "last_metrics": {k: float(v) for k, v in metrics[0].items()},
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--out", default=os.environ.get("OUT", "."))
+    p.add_argument("--steps", type=int, default=2)
+    args = p.parse_args()
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    cache = tempfile.mkdtemp(prefix="evosteer-gpu-")
+    report: dict = {
+        "torch": torch.__version__,
+        "device": args.device,
+        "cuda": torch.cuda.is_available(),
+        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+    }
+    sections = {
+        "policy_float32": lambda: policy_section(args.device, "float32", cache),
+        "policy_bfloat16": lambda: policy_section(args.device, "bfloat16", cache),
+        "policy_cpu_float32": lambda: policy_section("cpu", "float32", cache),
+        "hf_generate": lambda: generation_section(args.device, cache),
+        "train_step": lambda: step_section(args.device, args.steps),
+    }
+    for name, fn in sections.items():
+        t = time.perf_counter()
+        try:
+            report[name] = fn()
+        except Exception:  # record and go on: one run must report every section
+            report[name] = {"error": traceback.format_exc(limit=6)}
+        report[name]["section_s"] = time.perf_counter() - t
+        print(name, json.dumps(report[name], indent=1), flush=True)
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    (Path(args.out) / "gpu_check.json").write_text(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()
