@@ -95,6 +95,8 @@ def build_orchestrator(cfg: RunConfig) -> Orchestrator:
                 renderer=p.renderer,
                 max_action_tokens=p.max_action_tokens,
                 seed=cfg.train.seed,
+                # CUDA's fused SDPA backward is not deterministic; eager attention is
+                attn_implementation="eager" if p.device.startswith("cuda") else "sdpa",
             )
         )
     )

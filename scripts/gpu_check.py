@@ -99,19 +99,20 @@ def generation_section(device: str, cache: str) -> dict:
     }
 
 
-def step_section(device: str, steps: int) -> dict:
-    """``steps`` tiny-sim training steps with the policy on ``device``; twice, for determinism."""
+def step_section(device: str, steps: int, batch: int, rollouts: int, runs: int) -> dict:
+    """``steps`` tiny-sim training steps with the policy on ``device``, ``runs`` times (two runs
+    check bitwise determinism)."""
     cfg = load_config(
         None,
         overrides={
             "policy.device": device,
-            "train.batch_size": 12,
-            "train.rollouts_theta": 1,
-            "train.rollouts_rho": 1,
+            "train.batch_size": batch,
+            "train.rollouts_theta": rollouts,
+            "train.rollouts_rho": rollouts,
         },
     )
     digests, times, metrics = [], [], []
-    for _ in range(2):
+    for _ in range(runs):
         state = init_state(cfg)
         world = None
         t = time.perf_counter()
@@ -127,7 +128,7 @@ def step_section(device: str, steps: int) -> dict:
     return {
         "seconds_per_run": times,
         "steps": steps,
-        "bitwise_identical_runs": digests[0] == digests[1],
+        "bitwise_identical_runs": len(set(digests)) == 1 if runs > 1 else None,
         "last_metrics": {k: float(v) for k, v in metrics[0].items()},
     }
 
@@ -151,7 +152,8 @@ def main() -> None:
         "policy_bfloat16": lambda: policy_section(args.device, "bfloat16", cache),
         "policy_cpu_float32": lambda: policy_section("cpu", "float32", cache),
         "hf_generate": lambda: generation_section(args.device, cache),
-        "train_step": lambda: step_section(args.device, args.steps),
+        "train_step": lambda: step_section(args.device, args.steps, 12, 1, 2),
+        "train_step_paper_batch": lambda: step_section(args.device, 1, 32, 2, 1),
     }
     for name, fn in sections.items():
         t = time.perf_counter()
