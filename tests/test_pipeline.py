@@ -115,6 +115,35 @@ def test_cli_train_contract_and_report(base_run, flyte_env, capsys, tmp_path):
     assert "SIMULATED" in page and "Learning curve" in page and "Alpha spent" in page
 
 
+def test_evaluate_checkpoint_table_and_mlflow(base_run, capsys):
+    """checkpoint × six sim families × 2 runs → means ± std, iid group, stored and logged."""
+    cfg, out = base_run
+    argv = [
+        "evaluate",
+        "--run-dir",
+        cfg.store.root,
+        "--run",
+        out.run_id,
+        "--step",
+        "2",
+        "--runs",
+        "2",
+    ]
+    assert cli_main(argv) == 0
+    text = capsys.readouterr().out
+    assert "iid avg" in text and "hotpotqa" in text
+    runs = MlflowClient(tracking_uri=resolve_tracking(cfg.tracking, cfg.store)[0]).search_runs(
+        [_mlflow(cfg).get_run(out.mlflow_run).info.experiment_id],
+        filter_string="tags.`evosteer.workflow` = 'evaluate'",
+    )
+    assert len(runs) == 1
+    metrics = runs[0].data.metrics
+    assert {"eval.hotpotqa.mean", "eval.hotpotqa.std", "eval.iid_avg.mean"} <= set(metrics)
+    assert 0.0 <= metrics["eval.iid_avg.mean"] <= 1.0
+    state2 = RunIndex(open_store(cfg.store.root), out.run_id).lookup(2, "state")
+    assert runs[0].data.tags["sha256.checkpoint"] == state2.sha256
+
+
 def test_crash_during_step_three_then_resume_is_bit_identical(base_run, tmp_path):
     cfg, uninterrupted = base_run
     crashed = small_config(tmp_path / "crashed")  # another store: nothing cached for it yet
