@@ -7,6 +7,8 @@ counts and the alpha spent, then the lifecycle table (proposed / validated / ret
 W/L/T, Δ̂, and the hidden SIMULATED effect of each skill), then the admission gain (SPEC §1.10):
 held-out mean reward of the trained θ with menus = validated skills only vs menus = every
 proposed skill admitted as if validated (same records and seeds), with menus = none for scale.
+The defaults took 19.6 min on the shared 2-core machine (load ~7) and are too short for the
+sequential tests to decide; docs/skills_run.md has the output and how long a deciding run is.
 """
 
 from __future__ import annotations
