@@ -88,3 +88,35 @@ def validate_tables(trajectories: pd.DataFrame, decisions: pd.DataFrame) -> None
     missing = set(decisions["traj_id"]) - set(trajectories["traj_id"])
     if missing:
         raise ValueError(f"decisions reference unknown trajectories: {sorted(missing)[:5]}")
+
+
+def _is_float_list(x: object) -> bool:
+    return hasattr(x, "__len__") and len(x) > 0
+
+
+RESCORED = pa.DataFrameSchema(
+    {
+        "traj_id": pa.Column(str),
+        "t": pa.Column(int, pa.Check.ge(0)),
+        "logp_theta": pa.Column(float, pa.Check.le(1e-5)),
+        "logp_rho": pa.Column(float, pa.Check.le(1e-5)),
+        "h_rho": pa.Column(object, pa.Check(lambda s: s.map(_is_float_list), error="h_ρ vector")),
+    },
+    strict=True,
+    coerce=False,
+    name="rescored",
+)
+
+
+def validate_rescored(decisions: pd.DataFrame, rescored: pd.DataFrame) -> None:
+    """Validate the re-scoring table and its row alignment with the decisions it scores."""
+    RESCORED.validate(rescored, lazy=True)
+    same = len(rescored) == len(decisions) and (
+        (rescored["traj_id"].to_numpy() == decisions["traj_id"].to_numpy()).all()
+        and (rescored["t"].to_numpy() == decisions["t"].to_numpy()).all()
+    )
+    if not same:
+        raise ValueError(
+            f"rescored table ({len(rescored)} rows) is not aligned row by row with the "
+            f"decisions table ({len(decisions)} rows)"
+        )

@@ -30,7 +30,8 @@ from evosteer_core.objectives import TrajectoryBatch, build_objective
 from evosteer_core.orchestrator import Orchestrator, build_orchestrator
 from evosteer_core.records import FAMILIES, TaskRecord
 from evosteer_core.rollout import FAMILY_INDEX, EpisodePlan, RolloutContext, collect_rollouts
-from evosteer_core.seeding import derive_seed, numpy_rng
+from evosteer_core.schemas import validate_rescored
+from evosteer_core.seeding import derive_seed, numpy_rng, torch_generator
 from evosteer_core.skills.admission import SkillState
 from evosteer_core.state import TrainState
 from evosteer_core.world import World, build_world
@@ -129,8 +130,14 @@ def init_state(cfg: RunConfig) -> TrainState:
         buckets=StructuralBuckets(acfg).to_dict(),
         value_window=[],
         skills=SkillState.initial(cfg.skills).to_dict(),
-        rng_state=torch.get_rng_state(),
+        rng_state=_rng_state(cfg.train.seed, 0),
     )
+
+
+def _rng_state(seed: int, step: int) -> torch.Tensor:
+    """The RNG state a checkpoint records: derived from (run seed, step), so it does not depend
+    on what else ran in the process (every draw of the loop uses its own derived generator)."""
+    return torch_generator(seed, step, "torch_global").get_state()
 
 
 def _cpu(sd: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -182,22 +189,37 @@ def rollout_plans(s: Session, batch: list[TaskRecord], step: int) -> list[Episod
     return plans
 
 
-def rollout_stage(s: Session, step: int) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Stage 1: collect the step's trajectories with the v̂ snapshot and menus frozen."""
-    batch = sample_batch(s.world.train_records, s.cfg.train.batch_size, s.cfg.train.seed, step)
-    ctx = RolloutContext(
+def _rollout_context(
+    s: Session, run_seed: int, step: int, menus: dict | None = None
+) -> RolloutContext:
+    """The frozen context of a rollout batch: menus, v̂ snapshot, budgets, renderer."""
+    return RolloutContext(
         catalogue=s.world.catalogue,
         limits=s.cfg.budget,
         executor=s.world.executor,
         evaluator=s.world.evaluator,
-        menus=s.skills.menus(),
+        menus=s.skills.menus() if menus is None else menus,
         value_head=s.value_head,
-        run_seed=s.cfg.train.seed,
+        run_seed=run_seed,
         step=step,
         renderer=s.cfg.policy.renderer,
         temperature=s.cfg.policy.temperature,
     )
-    return collect_rollouts(s.policy, rollout_plans(s, batch, step), ctx)
+
+
+def rollout_stage(
+    s: Session, step: int, shard: int = 0, n_shards: int = 1
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Stage 1: collect the step's trajectories with the v̂ snapshot and menus frozen.
+
+    With ``n_shards`` > 1 only the plans ``shard::n_shards`` run (the cluster's map_task
+    fan-out); every draw is keyed per episode, so the shards' tables together equal one run.
+    """
+    if not 0 <= shard < n_shards:
+        raise ValueError(f"shard {shard} is not in 0..{n_shards - 1}")
+    batch = sample_batch(s.world.train_records, s.cfg.train.batch_size, s.cfg.train.seed, step)
+    plans = rollout_plans(s, batch, step)[shard::n_shards]
+    return collect_rollouts(s.policy, plans, _rollout_context(s, s.cfg.train.seed, step))
 
 
 # --- stage 2: re-scoring ---------------------------------------------------------------------
@@ -210,7 +232,7 @@ def rescore_stage(s: Session, decisions: pd.DataFrame) -> pd.DataFrame:
         lt = s.policy.score(prompts, actions, legal, use_adapter=True)
         lr = s.policy.score(prompts, actions, legal, use_adapter=False)
         h = s.policy.encode_h_rho(prompts)
-    return pd.DataFrame(
+    rescored = pd.DataFrame(
         {
             "traj_id": decisions["traj_id"],
             "t": decisions["t"],
@@ -219,6 +241,8 @@ def rescore_stage(s: Session, decisions: pd.DataFrame) -> pd.DataFrame:
             "h_rho": [row.tolist() for row in h.float().cpu()],
         }
     )
+    validate_rescored(decisions, rescored)
+    return rescored
 
 
 # --- stage 3: value head ---------------------------------------------------------------------
@@ -441,7 +465,9 @@ def train_step(s: Session, state: TrainState, step: int) -> tuple[TrainState, di
     )
     upd = update_stage(s, trajectories, decisions, rescored, state.actor_optimizer)
     skills, smetrics = validation_stage(s, trajectories, decisions, step)
-    new_state = checkpoint_stage(state, step, value_sd, outcome_sd, window, upd, skills)
+    new_state = checkpoint_stage(
+        state, step, value_sd, outcome_sd, window, upd, skills, seed=s.cfg.train.seed
+    )
     return new_state, {**upd["metrics"], **vmetrics, **smetrics}
 
 
@@ -464,6 +490,8 @@ def checkpoint_stage(
     window: list,
     upd: dict,
     skills: dict[str, Any],
+    *,
+    seed: int,
 ) -> TrainState:
     """Stage 6: the next state (adapter, heads, optimizer, statistics, skills, RNG)."""
     return TrainState(
@@ -477,28 +505,23 @@ def checkpoint_stage(
         buckets=upd["buckets"],
         value_window=window,
         skills=skills,
-        rng_state=torch.get_rng_state(),
+        rng_state=_rng_state(seed, step),
     )
 
 
 def evaluate_policy(
-    s: Session, records: list[TaskRecord], use_adapter: bool, runs: int = 1, tag: str = "eval"
+    s: Session,
+    records: list[TaskRecord],
+    use_adapter: bool,
+    runs: int = 1,
+    tag: str = "eval",
+    menus: dict | None = None,
 ) -> float:
-    """Mean reward of π_θ (or ρ) on ``records`` with the current menus (no pairs, no updates)."""
+    """Mean reward of π_θ (or ρ) on ``records`` (no pairs, no updates), with the session's
+    menus or the given ``menus``; θ and ρ evaluations of the same tag share every seed."""
     arm = "theta" if use_adapter else "rho"
     plans = [EpisodePlan(r, arm, k, evaluation=True) for r in records for k in range(runs)]
-    ctx = RolloutContext(
-        catalogue=s.world.catalogue,
-        limits=s.cfg.budget,
-        executor=s.world.executor,
-        evaluator=s.world.evaluator,
-        menus=s.skills.menus(),
-        value_head=s.value_head,
-        run_seed=derive_seed(s.cfg.train.seed, tag),
-        step=0,
-        renderer=s.cfg.policy.renderer,
-        temperature=s.cfg.policy.temperature,
-    )
+    ctx = _rollout_context(s, derive_seed(s.cfg.train.seed, tag), 0, menus)
     trajectories, _ = collect_rollouts(s.policy, plans, ctx)
     return float(trajectories["reward"].mean())
 

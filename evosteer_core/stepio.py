@@ -23,7 +23,7 @@ import torch
 from evosteer_core import step as core
 from evosteer_core.artifacts import ArtifactRef, ArtifactStore
 from evosteer_core.config import OPERATIONAL_KEYS, RunConfig
-from evosteer_core.schemas import DECISIONS, TRAJECTORIES, validate_tables
+from evosteer_core.schemas import DECISIONS, TRAJECTORIES, validate_rescored, validate_tables
 from evosteer_core.seeding import derive_seed
 from evosteer_core.state import TrainState, from_bytes, to_bytes
 
@@ -183,10 +183,7 @@ def _inputs(
 ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     traj, dec = io_.get_rollouts(trajectories, decisions)
     resc = io_.get_table(rescored)
-    if len(resc) != len(dec) or not (resc["traj_id"].to_numpy() == dec["traj_id"].to_numpy()).all():
-        raise ValueError(
-            f"rescored table ({len(resc)} rows) does not align with decisions ({len(dec)} rows)"
-        )
+    validate_rescored(dec, resc)
     return traj, dec, resc
 
 
@@ -267,6 +264,7 @@ def checkpoint_artifacts(
         v["window"],
         upd,
         sk["skills"],
+        seed=cfg.train.seed,
     )
     return io_.put_state(new)
 

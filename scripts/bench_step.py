@@ -63,7 +63,12 @@ def main() -> None:
         "anchortb_update", update_stage, s, trajectories, decisions, rescored, state.actor_optimizer
     )
     skills, _ = timed("validation_round", validation_stage, s, trajectories, decisions, args.step)
-    timed("checkpoint", lambda: checkpoint_stage(state, args.step, *v[:3], upd, skills).to_bytes())
+    timed(
+        "checkpoint",
+        lambda: checkpoint_stage(
+            state, args.step, *v[:3], upd, skills, seed=cfg.train.seed
+        ).to_bytes(),
+    )
     step_total = sum(t for k, t in times.items() if k != "setup")
     print(
         f"records {args.batch}, rollouts {args.rollouts}θ+{args.rollouts}ρ, "

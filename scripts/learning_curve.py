@@ -1,14 +1,17 @@
 """Learning curve of the tiny-sim run: held-out reward of π_θ vs ρ, loss vs the anchor-only level.
 
 Usage: python scripts/learning_curve.py [--steps 60] [--batch 16] [--seeds 42 43 44]
-           [--eval-every 10] [--heldout 16] [--png docs/learning_curve.png]
-Everything here is SIMULATED (sim executor). Prints one table per seed and a summary, and
-saves a PNG with the curves.
+           [--eval-every 10] [--heldout 16] [--device cpu] [--lr 1e-3]
+           [--png docs/learning_curve.png] [--json FILE] [--from-json FILE ...]
+Everything here is SIMULATED (sim executor). Prints the held-out curve per seed and a summary,
+and saves a PNG with the curves. ``--json`` also saves the raw curves; ``--from-json`` skips
+training and re-plots/summarizes saved curves (e.g. from runs on other machines).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from pathlib import Path
 
@@ -32,6 +35,11 @@ def run_seed(args: argparse.Namespace, seed: int) -> dict[str, list[float]]:
         "train.rollouts_rho": args.rollouts,
         "sim.n_heldout_per_family": args.heldout,
         "skills.enabled": False,
+        "policy.device": args.device,
+        "train.actor.lr": args.lr,
+        "policy.lora.r": args.lora_r,
+        "policy.lora.alpha": 2 * args.lora_r,
+        "policy.lora.target_modules": args.lora_targets,
     }
     cfg = load_config(args.config, overrides=overrides)
     world = build_world(cfg)
@@ -74,9 +82,22 @@ def main() -> None:
     p.add_argument("--eval-runs", type=int, default=2)
     p.add_argument("--heldout", type=int, default=16)
     p.add_argument("--png", default="docs/learning_curve.png")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--lr", type=float, default=1e-3, help="actor (LoRA) learning rate")
+    p.add_argument("--lora-r", type=int, default=8)
+    p.add_argument("--lora-targets", nargs="+", default=["q_proj", "k_proj", "v_proj", "o_proj"])
+    p.add_argument("--json", default=None, help="also save the raw curves here")
+    p.add_argument("--from-json", nargs="+", default=None, help="plot saved curves instead")
     args = p.parse_args()
     torch.set_num_threads(1)
-    results = {seed: run_seed(args, seed) for seed in args.seeds}
+    if args.from_json:
+        results = {}
+        for path in args.from_json:
+            results.update({int(k): v for k, v in json.loads(Path(path).read_text()).items()})
+    else:
+        results = {seed: run_seed(args, seed) for seed in args.seeds}
+        if args.json:
+            Path(args.json).write_text(json.dumps(results))
     print("\nSIMULATED executor. Held-out mean reward (θ trained vs untrained):")
     gains = []
     for seed, r in results.items():

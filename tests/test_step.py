@@ -192,3 +192,15 @@ def test_evaluation_of_theta_and_rho_is_paired(cfg):
     s = open_session(cfg, init_state(cfg))
     records = s.world.heldout_records[:6]
     assert evaluate_policy(s, records, True) == evaluate_policy(s, records, False)
+
+
+def test_sharded_rollouts_concatenate_to_the_unsharded_tables(cfg):
+    s = open_session(cfg, init_state(cfg))
+    whole_t, whole_d = rollout_stage(s, step=2)
+    parts = [rollout_stage(s, step=2, shard=k, n_shards=3) for k in range(3)]
+    t = pd.concat([p[0] for p in parts]).set_index("traj_id").sort_index()
+    d = pd.concat([p[1] for p in parts]).sort_values(["traj_id", "t"]).reset_index(drop=True)
+    pd.testing.assert_frame_equal(t, whole_t.set_index("traj_id").sort_index())
+    pd.testing.assert_frame_equal(d, whole_d)
+    with pytest.raises(ValueError, match="shard 3"):
+        rollout_stage(s, step=2, shard=3, n_shards=3)
