@@ -63,6 +63,36 @@ class ExecutorConfig:
 
 
 @dataclass(frozen=True)
+class BenchmarkSlice:
+    """Rows ``[offset, offset + limit)`` of one benchmark file (``path`` may be omitted for
+    benchmarks shipped in a package, such as humaneval)."""
+
+    name: str
+    path: str | None = None
+    offset: int = 0
+    limit: int | None = None
+
+    def __post_init__(self) -> None:
+        _check(self.offset >= 0, f"offset: must be >= 0, got {self.offset}")
+        _check(self.limit is None or self.limit > 0, f"limit: must be > 0, got {self.limit}")
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Where task records come from: the synthetic suite (``sim``) or benchmark files."""
+
+    source: Literal["sim", "benchmarks"] = "sim"
+    train: tuple[BenchmarkSlice, ...] = ()
+    heldout: tuple[BenchmarkSlice, ...] = ()
+
+    def __post_init__(self) -> None:
+        _check(
+            self.source == "sim" or bool(self.train),
+            "train: source 'benchmarks' needs at least one benchmark slice",
+        )
+
+
+@dataclass(frozen=True)
 class SimConfig:
     """The synthetic task suite: its seed and how many records per family in each split."""
 
@@ -244,6 +274,7 @@ class RunConfig:
     budget: BudgetLimits = field(default_factory=BudgetLimits)
     executor: ExecutorConfig = field(default_factory=ExecutorConfig)
     sim: SimConfig = field(default_factory=SimConfig)
+    data: DataConfig = field(default_factory=DataConfig)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     anchors: AnchorsConfig = field(default_factory=AnchorsConfig)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from evosteer_core.benchmarks.loaders import load_benchmark
 from evosteer_core.benchmarks.rewards import evaluate
-from evosteer_core.config import RunConfig
+from evosteer_core.config import BenchmarkSlice, RunConfig
 from evosteer_core.executors.base import Executor
 from evosteer_core.records import TaskRecord
 from evosteer_core.roles import Catalogue, default_catalogue
@@ -44,15 +45,35 @@ def build_executor(cfg: RunConfig) -> Executor:
     )
 
 
-def build_world(cfg: RunConfig) -> World:
-    """Sim suite records for the sim executor; the sim's split seeds keep train/held-out apart."""
-    from evosteer_core.sim.suite import make_sim_suite
+def load_slices(slices: tuple[BenchmarkSlice, ...]) -> list[TaskRecord]:
+    """The records of each benchmark slice, in order (errors name file, line and field)."""
+    records: list[TaskRecord] = []
+    for sl in slices:
+        rows = load_benchmark(sl.name, sl.path)
+        end = None if sl.limit is None else sl.offset + sl.limit
+        records += rows[sl.offset : end]
+    return records
 
-    sim = cfg.sim
+
+def build_world(cfg: RunConfig) -> World:
+    """Records from the synthetic suite (its split seeds keep train/held-out apart) or from
+    benchmark slices (``data.source: benchmarks``); the configured executor and the reward of
+    ``benchmarks.rewards``."""
+    if cfg.data.source == "sim":
+        from evosteer_core.sim.suite import make_sim_suite
+
+        sim = cfg.sim
+        train = make_sim_suite(sim.n_train_per_family, sim.seed, "train")
+        heldout = make_sim_suite(sim.n_heldout_per_family, sim.seed, "heldout")
+    else:
+        train, heldout = load_slices(cfg.data.train), load_slices(cfg.data.heldout)
+        overlap = {r.record_id for r in train} & {r.record_id for r in heldout}
+        if overlap:
+            raise ValueError(f"data: train and heldout slices overlap in {sorted(overlap)[:3]}")
     return World(
         catalogue=default_catalogue(),
         executor=build_executor(cfg),
         evaluator=evaluate,
-        train_records=make_sim_suite(sim.n_train_per_family, sim.seed, "train"),
-        heldout_records=make_sim_suite(sim.n_heldout_per_family, sim.seed, "heldout"),
+        train_records=train,
+        heldout_records=heldout,
     )

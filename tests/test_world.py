@@ -1,0 +1,36 @@
+"""Where a run's task records come from: the sim suite or benchmark slices."""
+
+from __future__ import annotations
+
+import pytest
+
+from evosteer_core.config import load_config
+from evosteer_core.world import build_world
+
+
+def test_default_world_is_the_sim_suite_with_disjoint_splits():
+    world = build_world(load_config(None, overrides={"sim.n_train_per_family": 3}))
+    assert {r.source for r in world.train_records} == {"sim"}
+    assert len(world.train_records) == 18
+    assert not {r.record_id for r in world.train_records} & {
+        r.record_id for r in world.heldout_records
+    }
+
+
+def test_benchmark_slices_load_humaneval_without_overlap():
+    cfg = load_config("configs/cpu-smollm2.yaml")
+    world = build_world(cfg)
+    assert len(world.train_records) == 120 and len(world.heldout_records) == 44
+    assert world.train_records[0].record_id != world.heldout_records[0].record_id
+    assert {r.metric for r in world.train_records} == {"code"}
+
+
+def test_overlapping_slices_are_rejected():
+    cfg = load_config(
+        "configs/cpu-smollm2.yaml",
+        overrides={
+            "data.heldout": [{"name": "humaneval", "offset": 100, "limit": 30}],
+        },
+    )
+    with pytest.raises(ValueError, match="overlap"):
+        build_world(cfg)
