@@ -141,10 +141,7 @@ def rollout_artifacts(
     """Stage 1 → (trajectories, decisions), for all records or for one of ``n_shards`` shards."""
     seed_stage(cfg, step, "rollout")
     s = core.open_session(cfg, io_.get_state(state))
-    if n_shards == 1:
-        traj, dec = core.rollout_stage(s, step)
-    else:
-        traj, dec = core.rollout_stage(s, step, shard=shard, n_shards=n_shards)
+    traj, dec = core.rollout_stage(s, step, shard=shard, n_shards=n_shards)
     TRAJECTORIES.validate(traj, lazy=True)
     DECISIONS.validate(dec, lazy=True)
     return io_.put_table(traj, "trajectories"), io_.put_table(dec, "decisions")
@@ -178,13 +175,22 @@ def rescore_artifacts(
     return io_.put_table(core.rescore_stage(s, dec), "rescored")
 
 
-def _inputs(
-    io_: StepStore, trajectories: ArtifactRef, decisions: ArtifactRef, rescored: ArtifactRef
-) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    traj, dec = io_.get_rollouts(trajectories, decisions)
-    resc = io_.get_table(rescored)
+def _open_scored(
+    cfg: RunConfig,
+    io_: StepStore,
+    state: ArtifactRef,
+    step: int,
+    stage: str,
+    refs: tuple[ArtifactRef, ArtifactRef, ArtifactRef],
+) -> tuple[core.Session, TrainState, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """Common opening of the stages after re-scoring: seed the stage, load and validate the
+    (trajectories, decisions, rescored) tables, and open a session on the previous state."""
+    seed_stage(cfg, step, stage)
+    traj, dec = io_.get_rollouts(refs[0], refs[1])
+    resc = io_.get_table(refs[2])
     validate_rescored(dec, resc)
-    return traj, dec, resc
+    st = io_.get_state(state)
+    return core.open_session(cfg, st), st, traj, dec, resc
 
 
 def value_artifacts(
@@ -197,10 +203,8 @@ def value_artifacts(
     rescored: ArtifactRef,
 ) -> ArtifactRef:
     """Stage 3 → value: {value_head, outcome_heads, window, metrics}."""
-    seed_stage(cfg, step, "value")
-    traj, dec, resc = _inputs(io_, trajectories, decisions, rescored)
-    st = io_.get_state(state)
-    s = core.open_session(cfg, st)
+    refs = (trajectories, decisions, rescored)
+    s, st, traj, dec, resc = _open_scored(cfg, io_, state, step, "value", refs)
     value_sd, outcome_sd, window, metrics = core.value_stage(s, traj, dec, resc, st.value_window)
     out = {
         "value_head": value_sd,
@@ -221,10 +225,8 @@ def update_artifacts(
     rescored: ArtifactRef,
 ) -> ArtifactRef:
     """Stage 4 → update: {adapter, flow_head, actor_optimizer, pool, buckets, metrics}."""
-    seed_stage(cfg, step, "update")
-    traj, dec, resc = _inputs(io_, trajectories, decisions, rescored)
-    st = io_.get_state(state)
-    s = core.open_session(cfg, st)
+    refs = (trajectories, decisions, rescored)
+    s, st, traj, dec, resc = _open_scored(cfg, io_, state, step, "update", refs)
     return io_.put_object(core.update_stage(s, traj, dec, resc, st.actor_optimizer), "update.pt")
 
 
