@@ -23,6 +23,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from evosteer_core.config import load_config  # noqa: E402
+from evosteer_core.configio import parse_override  # noqa: E402
 from evosteer_core.step import evaluate_policy, init_state, open_session, train_step  # noqa: E402
 from evosteer_core.world import build_world  # noqa: E402
 
@@ -40,6 +41,7 @@ def run_seed(args: argparse.Namespace, seed: int) -> dict[str, list[float]]:
         "policy.lora.r": args.lora_r,
         "policy.lora.alpha": 2 * args.lora_r,
         "policy.lora.target_modules": args.lora_targets,
+        **dict(parse_override(kv) for kv in args.set),
     }
     cfg = load_config(args.config, overrides=overrides)
     world = build_world(cfg)
@@ -86,6 +88,7 @@ def main() -> None:
     p.add_argument("--lr", type=float, default=1e-3, help="actor (LoRA) learning rate")
     p.add_argument("--lora-r", type=int, default=8)
     p.add_argument("--lora-targets", nargs="+", default=["q_proj", "k_proj", "v_proj", "o_proj"])
+    p.add_argument("--set", nargs="*", default=[], help="extra config overrides KEY=VALUE")
     p.add_argument("--json", default=None, help="also save the raw curves here")
     p.add_argument("--from-json", nargs="+", default=None, help="plot saved curves instead")
     args = p.parse_args()
