@@ -15,8 +15,6 @@ KINDS: tuple[str, ...] = (
     "STOP",
 )
 PROTOCOLS: tuple[str, ...] = ("feedback", "revise")
-NODE_EXECUTING: frozenset[str] = frozenset({"ADD_AGENT", "BIND_SKILL", "RERUN_AGENT"})
-"""Kinds that always execute a node (a ``revise`` ADD_EDGE executes one too)."""
 
 _REQUIRED: dict[str, tuple[str, ...]] = {
     "ADD_AGENT": ("node_id", "role_id"),
