@@ -7,7 +7,6 @@ wrap exactly these functions. Stages: ``rollout_stage`` â†’ ``rescore_stage`` â†
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -538,7 +537,7 @@ def train(
     for step in range(1, (steps or cfg.train.steps) + 1):
         s = open_session(cfg, state, world)
         state, metrics = train_step(s, state, step)
-        metrics = {k: (float(v) if not math.isnan(v) else float("nan")) for k, v in metrics.items()}
+        metrics = {k: float(v) for k, v in metrics.items()}
         history.append(metrics)
         if on_step:
             on_step(step, metrics)
