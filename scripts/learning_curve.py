@@ -44,6 +44,9 @@ def run_seed(args: argparse.Namespace, seed: int) -> dict[str, list[float]]:
         **dict(parse_override(kv) for kv in args.set),
     }
     cfg = load_config(args.config, overrides=overrides)
+    eval_cfg = load_config(
+        args.config, overrides={**overrides, "policy.temperature": args.eval_temperature}
+    )
     world = build_world(cfg)
     state = init_state(cfg)
     curve: dict[str, list[float]] = {k: [] for k in ("step", "theta", "rho", "loss", "anchor")}
@@ -59,7 +62,7 @@ def run_seed(args: argparse.Namespace, seed: int) -> dict[str, list[float]]:
             curve["loss"].append(m["loss"])
             curve["anchor"].append(m["anchor_only_loss"])
         if step % args.eval_every == 0:
-            s = open_session(cfg, state, world)
+            s = open_session(eval_cfg, state, world)
             th = evaluate_policy(s, world.heldout_records, True, args.eval_runs, "heldout")
             rh = evaluate_policy(s, world.heldout_records, False, args.eval_runs, "heldout")
             evals["step"].append(step)
@@ -88,6 +91,9 @@ def main() -> None:
     p.add_argument("--lr", type=float, default=1e-3, help="actor (LoRA) learning rate")
     p.add_argument("--lora-r", type=int, default=8)
     p.add_argument("--lora-targets", nargs="+", default=["q_proj", "k_proj", "v_proj", "o_proj"])
+    p.add_argument(
+        "--eval-temperature", type=float, default=1.0, help="orchestrator temperature at eval"
+    )
     p.add_argument("--set", nargs="*", default=[], help="extra config overrides KEY=VALUE")
     p.add_argument("--json", default=None, help="also save the raw curves here")
     p.add_argument("--from-json", nargs="+", default=None, help="plot saved curves instead")
