@@ -15,7 +15,7 @@ from evosteer_core.config import RunConfig
 from evosteer_core.policy.backbone import Policy, PolicyConfig, load_policy
 from evosteer_core.policy.encode import encode_h_rho
 from evosteer_core.policy.sampling import sample_actions
-from evosteer_core.policy.scoring import score_actions
+from evosteer_core.policy.scoring import score_actions, score_and_encode_rho
 
 
 @dataclass(frozen=True)
@@ -68,6 +68,12 @@ class Orchestrator:
 
     def encode_h_rho(self, prompts: Sequence[str]) -> torch.Tensor:
         return encode_h_rho(self.policy, prompts)
+
+    def score_and_encode_rho(
+        self, prompts: Sequence[str], actions: Sequence[str], legal: Sequence[Sequence[str]]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """ℓ_ρ and h_ρ from one ρ pass (see ``policy.scoring.score_and_encode_rho``)."""
+        return score_and_encode_rho(self.policy, prompts, actions, legal)
 
     def trainable_parameters(self) -> list[torch.nn.Parameter]:
         return self.policy.lora_parameters()

@@ -229,8 +229,7 @@ def rescore_stage(s: Session, decisions: pd.DataFrame) -> pd.DataFrame:
     legal = decisions["legal"].tolist()
     with torch.no_grad():
         lt = s.policy.score(prompts, actions, legal, use_adapter=True)
-        lr = s.policy.score(prompts, actions, legal, use_adapter=False)
-        h = s.policy.encode_h_rho(prompts)
+        lr, h = s.policy.score_and_encode_rho(prompts, actions, legal)
     rescored = pd.DataFrame(
         {
             "traj_id": decisions["traj_id"],

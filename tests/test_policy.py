@@ -14,7 +14,7 @@ from evosteer_core.policy.backbone import Policy, PolicyConfig, load_policy, tin
 from evosteer_core.policy.encode import encode_h_rho
 from evosteer_core.policy.render import render_compact
 from evosteer_core.policy.sampling import sample_actions
-from evosteer_core.policy.scoring import score_actions
+from evosteer_core.policy.scoring import score_actions, score_and_encode_rho
 from evosteer_core.policy.tokenizer import TokenizationError
 from evosteer_core.policy.trie import ActionTrie
 from evosteer_core.policy.vocabulary import random_legal_set, random_public_state
@@ -266,3 +266,14 @@ def test_legal_sets_tokenize_and_round_trip(fresh: Policy) -> None:
             assert fresh.tokenizer.hf.decode(list(ids[:-1])) == text
     with pytest.raises(TokenizationError, match="EOS"):
         fresh.tokenizer.encode_action('{"kind":"STOP"}<|endoftext|>')
+
+
+def test_one_rho_pass_gives_the_same_scores_and_encodings(trained: Policy) -> None:
+    """score_and_encode_rho == score_actions(ρ) and encode_h_rho, forced-only decisions too."""
+    prompts, legal = _batch(12, 5)
+    texts = [acts[len(acts) // 2] for acts in legal]
+    texts[0], legal[0] = legal[0][0], legal[0][:1]  # a decision with one legal action
+    scores, h = score_and_encode_rho(trained, prompts, texts, legal)
+    torch.testing.assert_close(scores, score_actions(trained, prompts, texts, legal, False, False))
+    torch.testing.assert_close(h, encode_h_rho(trained, prompts))
+    assert scores[0].item() == 0.0

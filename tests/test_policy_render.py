@@ -11,6 +11,7 @@ from evosteer_core.policy.render import (
     SYSTEM_FULL,
     SYSTEM_SEPARATOR,
     clip_output,
+    feature_digits,
     render,
     render_compact,
     render_full,
@@ -64,10 +65,10 @@ def test_compact_render_is_short_and_carries_the_key_facts() -> None:
         state = _state(seed)
         text = render_compact(state)
         assert f"family {state['family']}" in text
-        assert "f " + " ".join(f"{x:.1f}" for x in state["features"]) in text
+        assert "f " + feature_digits(state["features"]) in text
         for node in state["graph"]["nodes"]:
             assert f"{node['id']} {node['role']}" in text
-        assert len(tok.encode_prompt(text)) < 800
+        assert len(tok.encode_prompt(text)) < 400
     assert render(state, "compact") == render_compact(state)
     assert render(state, "full") == render_full(state)
 
@@ -80,3 +81,7 @@ def test_bad_inputs_are_named() -> None:
         render_full({k: v for k, v in state.items() if k != "budget"})
     with pytest.raises(ValueError, match="features"):
         render_compact({**state, "features": [0.0] * 29})
+
+
+def test_feature_digits_round_each_feature_to_a_ninth() -> None:
+    assert feature_digits([0.0, 1.0, 0.5, 0.06, 0.94, 2.0, -1.0]) == "0941890"

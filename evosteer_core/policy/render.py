@@ -21,7 +21,8 @@ OUTPUT_EDGE_CHARS = 1200
 COMPACT_HISTORY = 4
 """How many of the latest history entries the compact renderer shows."""
 
-COMPACT_TASK_CHARS = 160
+COMPACT_TASK_CHARS = 64
+"""The task's head; small backbones read the family line, not the task text."""
 COMPACT_ANSWER_CHARS = 24
 COMPACT_HISTORY_CHARS = 120
 COMPACT_SKILL_CHARS = 6
@@ -93,13 +94,18 @@ def _node_line(node: dict[str, Any]) -> str:
     return f"{node['id']} {node['role']} {node.get('status', '-')} skills={skills} ans={answer}"
 
 
+def feature_digits(features: list[float]) -> str:
+    """One digit per feature in [0, 1] (round(9x)): 30 characters, about 5x fewer tokens than
+    the decimals; the budget fractions are features 26-29, so no separate budget line."""
+    return "".join(str(round(9 * min(1.0, max(0.0, x)))) for x in features)
+
+
 def render_compact(state: dict[str, Any]) -> str:
     """A short text for small backbones: family, graph summary, features, v̂, Δv̂, recent actions."""
     _check_state(state)
     graph = state["graph"]
     edges = " ".join(f"{s}>{t}:{p}" for s, t, p in graph["edges"]) or "-"
     menu = " ".join(_short_skill(item["id"]) for item in state["skill_menu"]) or "-"
-    budget = state["budget"]
     lines = [
         f"family {state['family']}",
         f"task {state['task'][:COMPACT_TASK_CHARS]}",
@@ -108,17 +114,7 @@ def render_compact(state: dict[str, Any]) -> str:
         *(_node_line(node) for node in graph["nodes"]),
         f"edges {edges}",
         f"output {graph['output'] or '-'}",
-        "f " + " ".join(f"{x:.1f}" for x in state["features"]),
-        "budget "
-        + " ".join(
-            f"{budget[k]:.1f}"
-            for k in (
-                "tokens_used_frac",
-                "tool_calls_used_frac",
-                "wall_used_frac",
-                "model_calls_used_frac",
-            )
-        ),
+        "f " + feature_digits(state["features"]),
         f"v {_rounded(state['value'])} dv {_rounded(state['value_change'])}",
         *(f"> {entry[:COMPACT_HISTORY_CHARS]}" for entry in state["history"][-COMPACT_HISTORY:]),
         "action:",

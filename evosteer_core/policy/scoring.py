@@ -14,6 +14,7 @@ import torch
 
 from evosteer_core.policy.backbone import Policy
 from evosteer_core.policy.batch import right_pad
+from evosteer_core.policy.encode import rms_normalize
 from evosteer_core.policy.trie import ActionTrie
 
 DEFAULT_BATCH = 64
@@ -36,6 +37,43 @@ def score_actions(
     ``requires_grad`` the activations of every micro-batch live until backward: for large
     batches call this per micro-batch and backward each (gradient accumulation).
     """
+    scores, _ = _score(
+        policy, prompts, action_texts, legal, use_adapter, requires_grad, batch_size, False
+    )
+    return scores
+
+
+def score_and_encode_rho(
+    policy: Policy,
+    prompts: Sequence[str],
+    action_texts: Sequence[str],
+    legal: Sequence[Sequence[str]],
+    batch_size: int = DEFAULT_BATCH,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """ℓ_ρ of each action and h_ρ of each prompt from one ρ forward pass per micro-batch.
+
+    Causal attention makes the hidden state at the last prompt token independent of the
+    action tokens after it, so h_ρ equals ``encode_h_rho``'s; saves one pass over the prompts.
+    Returns (float32 [B], float32 [B, d_h] on CPU).
+    """
+    with torch.no_grad():
+        scores, hidden = _score(
+            policy, prompts, action_texts, legal, False, False, batch_size, True
+        )
+    return scores, rms_normalize(hidden).cpu()
+
+
+def _score(
+    policy: Policy,
+    prompts: Sequence[str],
+    action_texts: Sequence[str],
+    legal: Sequence[Sequence[str]],
+    use_adapter: bool,
+    requires_grad: bool,
+    batch_size: int,
+    encode: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Scores, and with ``encode`` the last-prompt-token hidden states (every row is run)."""
     if not len(prompts) == len(action_texts) == len(legal):
         raise ValueError(
             f"batch sizes differ: {len(prompts)} prompts, {len(action_texts)} actions, "
@@ -47,9 +85,10 @@ def score_actions(
         trie = ActionTrie(actions, tok)
         index = trie.index_of(text)
         allowed = trie.path_allowed(index)
-        if any(len(a) > 1 for a in allowed):
+        if encode or any(len(a) > 1 for a in allowed):
             items.append((row, tok.encode_prompt(prompt), trie.sequences[index], allowed))
     scores = torch.zeros(len(prompts), dtype=torch.float32, device=policy.device)
+    encoded: list[torch.Tensor | None] = [None] * len(prompts)
     items.sort(key=lambda item: len(item[1]) + len(item[2]))
     grad = torch.enable_grad() if requires_grad else torch.no_grad()
     with grad, policy.adapter_context(use_adapter):
@@ -57,6 +96,9 @@ def score_actions(
             chunk = items[start : start + batch_size]
             ids, mask, pos = right_pad([p + list(a[:-1]) for _, p, a, _ in chunk], tok.pad_id)
             hidden, _ = policy.hidden(ids, mask, pos)
+            if encode:
+                for slot, (row, prompt_ids, _, _) in enumerate(chunk):
+                    encoded[row] = hidden[slot, len(prompt_ids) - 1].float()
             slots, places, targets, rows, masks = [], [], [], [], []
             for slot, (row, prompt_ids, action_ids, allowed) in enumerate(chunk):
                 for j, options in enumerate(allowed):
@@ -66,6 +108,8 @@ def score_actions(
                         targets.append(options.index(action_ids[j]))
                         rows.append(row)
                         masks.append(options)
+            if not slots:
+                continue
             logits = policy.logits(hidden[torch.tensor(slots), torch.tensor(places)])
             width = max(len(m) for m in masks)
             option_ids = torch.tensor([list(m) + [m[0]] * (width - len(m)) for m in masks])
@@ -76,4 +120,4 @@ def score_actions(
                 torch.arange(len(targets)), torch.tensor(targets)
             ]
             scores = scores.index_add(0, torch.tensor(rows, device=scores.device), picked)
-    return scores
+    return scores, torch.stack(encoded) if encode else None
