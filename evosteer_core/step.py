@@ -33,6 +33,7 @@ from evosteer_core.schemas import validate_rescored
 from evosteer_core.seeding import derive_seed, numpy_rng, torch_generator
 from evosteer_core.skills.admission import SkillState
 from evosteer_core.state import TrainState
+from evosteer_core.tilt import auc
 from evosteer_core.world import World, build_world
 
 
@@ -298,16 +299,6 @@ def value_stage(
 
 
 # --- stage 4: statistics and the AnchorTB update ---------------------------------------------
-def _auc(scores: list[float], labels: list[int]) -> float:
-    """Mann–Whitney AUC (ties count 1/2); NaN when one class is absent."""
-    pos = [s for s, y in zip(scores, labels, strict=True) if y]
-    neg = [s for s, y in zip(scores, labels, strict=True) if not y]
-    if not pos or not neg:
-        return float("nan")
-    wins = sum((p > n) + 0.5 * (p == n) for p in pos for n in neg)
-    return wins / (len(pos) * len(neg))
-
-
 def update_stage(
     s: Session,
     trajectories: pd.DataFrame,
@@ -320,7 +311,7 @@ def update_stage(
     traj = trajectories.set_index("traj_id")
     natural_rho = traj[(traj["arm"] == "rho") & traj["healthy"] & traj["complete"]]
     # anchor AUC: p̂ from the pool *before* this step's rollouts, vs reference success
-    auc = _auc(
+    anchor_auc = auc(
         [s.pool.anchor(r.record_id, r.family).p_hat for r in natural_rho.itertuples()],
         [int(x >= 0.5) for x in natural_rho["reward"]],
     )
@@ -355,7 +346,7 @@ def update_stage(
     s.buckets.commit()
     metrics = dict(out.metrics)
     metrics.update(
-        anchor_auc=auc,
+        anchor_auc=anchor_auc,
         grad_norm=grad_norm,
         reward_theta=float(traj[traj["arm"] == "theta"]["reward"].mean()),
         reward_rho=float(traj[traj["arm"] == "rho"]["reward"].mean()),
@@ -436,9 +427,12 @@ def _backprop_actor(s: Session, rows: pd.DataFrame, gamma: torch.Tensor, chunk: 
     """Accumulate Σ_t Γ_t ∇_θ ℓ_θ(a_t|s_t) into the LoRA gradients, one micro-batch at a time.
 
     Only decisions with more than one legal action have a θ-dependent ℓ (a single legal action
-    scores 0 under θ and ρ alike), so only those are re-scored with a graph.
+    scores 0 under θ and ρ alike), so only those are re-scored with a graph. Micro-batches
+    group prompts of similar length (less padding); the order is fixed, so runs stay bitwise.
     """
     multi = np.flatnonzero((rows["legal"].map(len) > 1).to_numpy())
+    lengths = rows["prompt"].str.len().to_numpy()[multi]
+    multi = multi[np.argsort(lengths, kind="stable")]
     for start in range(0, len(multi), chunk):
         idx = multi[start : start + chunk]
         sub = rows.iloc[idx]
@@ -507,6 +501,22 @@ def checkpoint_stage(
     )
 
 
+def evaluation_rollouts(
+    s: Session,
+    records: list[TaskRecord],
+    use_adapter: bool,
+    runs: int = 1,
+    tag: str = "eval",
+    menus: dict | None = None,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Trajectories and decisions of π_θ (or ρ) on ``records`` (no pairs, no updates), with the
+    session's menus or the given ``menus``; θ and ρ runs of the same tag share every seed."""
+    arm = "theta" if use_adapter else "rho"
+    plans = [EpisodePlan(r, arm, k, evaluation=True) for r in records for k in range(runs)]
+    ctx = _rollout_context(s, derive_seed(s.cfg.train.seed, tag), 0, menus)
+    return collect_rollouts(s.policy, plans, ctx)
+
+
 def evaluate_policy(
     s: Session,
     records: list[TaskRecord],
@@ -515,12 +525,8 @@ def evaluate_policy(
     tag: str = "eval",
     menus: dict | None = None,
 ) -> float:
-    """Mean reward of π_θ (or ρ) on ``records`` (no pairs, no updates), with the session's
-    menus or the given ``menus``; θ and ρ evaluations of the same tag share every seed."""
-    arm = "theta" if use_adapter else "rho"
-    plans = [EpisodePlan(r, arm, k, evaluation=True) for r in records for k in range(runs)]
-    ctx = _rollout_context(s, derive_seed(s.cfg.train.seed, tag), 0, menus)
-    trajectories, _ = collect_rollouts(s.policy, plans, ctx)
+    """Mean reward of :func:`evaluation_rollouts`."""
+    trajectories, _ = evaluation_rollouts(s, records, use_adapter, runs, tag, menus)
     return float(trajectories["reward"].mean())
 
 

@@ -24,7 +24,14 @@ import torch  # noqa: E402
 
 from evosteer_core.config import load_config  # noqa: E402
 from evosteer_core.configio import parse_override  # noqa: E402
-from evosteer_core.step import evaluate_policy, init_state, open_session, train_step  # noqa: E402
+from evosteer_core.step import (  # noqa: E402
+    evaluate_policy,
+    evaluation_rollouts,
+    init_state,
+    open_session,
+    train_step,
+)
+from evosteer_core.tilt import tilt_report, trajectory_log_ratios  # noqa: E402
 from evosteer_core.world import build_world  # noqa: E402
 
 
@@ -44,13 +51,17 @@ def run_seed(args: argparse.Namespace, seed: int) -> dict[str, list[float]]:
         **dict(parse_override(kv) for kv in args.set),
     }
     cfg = load_config(args.config, overrides=overrides)
-    eval_cfg = load_config(
-        args.config, overrides={**overrides, "policy.temperature": args.eval_temperature}
-    )
+    eval_cfgs = {
+        key: load_config(args.config, overrides={**overrides, "policy.temperature": temp})
+        for key, temp in (("", args.eval_temperature), ("_mode", args.mode_temperature))
+        if temp is not None
+    }
     world = build_world(cfg)
     state = init_state(cfg)
     curve: dict[str, list[float]] = {k: [] for k in ("step", "theta", "rho", "loss", "anchor")}
-    evals: dict[str, list[float]] = {"step": [], "theta": [], "rho": []}
+    evals: dict[str, list[float]] = {"step": [], "tilt_auc": [], "tilt_gap": []}
+    for key in eval_cfgs:
+        evals.update({f"theta{key}": [], f"rho{key}": []})
     t0 = time.time()
     for step in range(0, args.steps + 1):
         if step:
@@ -62,17 +73,26 @@ def run_seed(args: argparse.Namespace, seed: int) -> dict[str, list[float]]:
             curve["loss"].append(m["loss"])
             curve["anchor"].append(m["anchor_only_loss"])
         if step % args.eval_every == 0:
-            s = open_session(eval_cfg, state, world)
-            th = evaluate_policy(s, world.heldout_records, True, args.eval_runs, "heldout")
-            rh = evaluate_policy(s, world.heldout_records, False, args.eval_runs, "heldout")
             evals["step"].append(step)
-            evals["theta"].append(th)
-            evals["rho"].append(rh)
-            print(
-                f"seed {seed} step {step:3d}  held-out θ {th:.3f}  ρ {rh:.3f}  "
-                f"[{time.time() - t0:.0f}s]",
-                flush=True,
-            )
+            line = f"seed {seed} step {step:3d}"
+            for key, eval_cfg in eval_cfgs.items():
+                s = open_session(eval_cfg, state, world)
+                th = evaluate_policy(s, world.heldout_records, True, args.eval_runs, "heldout")
+                rho_tr, rho_dec = evaluation_rollouts(
+                    s, world.heldout_records, False, args.eval_runs, "heldout"
+                )
+                rh = float(rho_tr["reward"].mean())
+                evals[f"theta{key}"].append(th)
+                evals[f"rho{key}"].append(rh)
+                temp = eval_cfg.policy.temperature
+                line += f"  held-out (T={temp:g}) θ {th:.3f} ρ {rh:.3f}"
+                if not key:  # the learned tilt, on ρ's own held-out trajectories
+                    ratios = trajectory_log_ratios(s.policy, rho_dec)
+                    tilt = tilt_report(rho_tr["reward"], ratios.loc[rho_tr["traj_id"]])
+                    evals["tilt_auc"].append(tilt.auc)
+                    evals["tilt_gap"].append(tilt.gap)
+                    line += f"  tilt AUC {tilt.auc:.3f} gap {tilt.gap:+.3f}"
+            print(f"{line}  [{time.time() - t0:.0f}s]", flush=True)
     return {"curve": curve, "evals": evals}
 
 
@@ -94,11 +114,20 @@ def main() -> None:
     p.add_argument(
         "--eval-temperature", type=float, default=1.0, help="orchestrator temperature at eval"
     )
+    p.add_argument(
+        "--mode-temperature",
+        type=float,
+        default=None,
+        help="also evaluate at this (low) temperature: the learned tilt near its mode",
+    )
+    p.add_argument(
+        "--threads", type=int, default=1, help="torch threads (1: run seeds in parallel)"
+    )
     p.add_argument("--set", nargs="*", default=[], help="extra config overrides KEY=VALUE")
     p.add_argument("--json", default=None, help="also save the raw curves here")
     p.add_argument("--from-json", nargs="+", default=None, help="plot saved curves instead")
     args = p.parse_args()
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads)
     if args.from_json:
         results = {}
         for path in args.from_json:
@@ -108,22 +137,37 @@ def main() -> None:
         if args.json:
             Path(args.json).write_text(json.dumps(results))
     print("\nSIMULATED executor. Held-out mean reward (θ trained vs untrained):")
-    gains = []
-    for seed, r in results.items():
-        e = r["evals"]
-        gains.append(e["theta"][-1] - e["theta"][0])
+    for key, label in (("", "sampling temperature"), ("_mode", "mode temperature")):
+        gains = []
+        for seed, r in results.items():
+            e = r["evals"]
+            if f"theta{key}" not in e:
+                continue
+            gains.append(e[f"theta{key}"][-1] - e[f"theta{key}"][0])
+            print(
+                f"  {label}, seed {seed}: untrained θ {e[f'theta{key}'][0]:.3f} → trained θ "
+                f"{e[f'theta{key}'][-1]:.3f} (ρ {e[f'rho{key}'][-1]:.3f}); gain {gains[-1]:+.3f}"
+            )
+        if gains:
+            spread = np.std(gains, ddof=1) if len(gains) > 1 else 0.0
+            print(f"  {label}: mean gain {np.mean(gains):+.3f} ± {spread:.3f} (sd over seeds)")
+    aucs = [r["evals"]["tilt_auc"][-1] for r in results.values() if r["evals"].get("tilt_auc")]
+    gaps = [r["evals"]["tilt_gap"][-1] for r in results.values() if r["evals"].get("tilt_gap")]
+    if aucs:
         print(
-            f"  seed {seed}: untrained θ {e['theta'][0]:.3f} → trained θ {e['theta'][-1]:.3f} "
-            f"(ρ {e['rho'][-1]:.3f}); gain {gains[-1]:+.3f}"
+            "  learned tilt on ρ's held-out trajectories (untrained: AUC 0.5, gap 0): "
+            + ", ".join(f"AUC {a:.3f} gap {g:+.3f}" for a, g in zip(aucs, gaps, strict=True))
+            + f"; mean AUC {np.mean(aucs):.3f}"
         )
-    print(
-        f"  mean gain {np.mean(gains):+.3f} ± {np.std(gains, ddof=1) if len(gains) > 1 else 0:.3f}"
-    )
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for seed, r in results.items():
         e, c = r["evals"], r["curve"]
         axes[0].plot(e["step"], e["theta"], marker="o", label=f"θ held-out (seed {seed})")
         axes[0].plot(e["step"], e["rho"], ls="--", label=f"ρ held-out (seed {seed})")
+        if "theta_mode" in e:
+            axes[0].plot(
+                e["step"], e["theta_mode"], marker="s", label=f"θ held-out, mode T (seed {seed})"
+            )
         axes[1].plot(c["step"], c["loss"], label=f"AnchorTB loss (seed {seed})")
         axes[1].plot(c["step"], c["anchor"], ls=":", label=f"anchor-only level (seed {seed})")
     axes[0].set(title="Held-out reward (SIMULATED executor)", xlabel="step", ylabel="mean reward")

@@ -5,11 +5,13 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from evosteer_core.orchestrator import Orchestrator
 from evosteer_core.policy.backbone import Policy, PolicyConfig, load_policy, tiny_model_folder
 from evosteer_core.policy.encode import encode_h_rho
 from evosteer_core.policy.render import render_compact
@@ -19,6 +21,7 @@ from evosteer_core.policy.tokenizer import TokenizationError
 from evosteer_core.policy.trie import ActionTrie
 from evosteer_core.policy.vocabulary import random_legal_set, random_public_state
 from evosteer_core.seeding import derive_seed, numpy_rng, torch_generator
+from evosteer_core.tilt import trajectory_log_ratios
 
 LORA_R = 8
 MAX_PROMPT = 96
@@ -277,3 +280,28 @@ def test_one_rho_pass_gives_the_same_scores_and_encodings(trained: Policy) -> No
     torch.testing.assert_close(scores, score_actions(trained, prompts, texts, legal, False, False))
     torch.testing.assert_close(h, encode_h_rho(trained, prompts))
     assert scores[0].item() == 0.0
+
+
+def test_trajectory_log_ratios_sum_delta_ell_and_are_zero_at_init(
+    fresh: Policy, trained: Policy
+) -> None:
+    prompts, legal = _batch(6, 11)
+    texts = [acts[-1] for acts in legal]
+    decisions = pd.DataFrame(
+        {
+            "traj_id": ["a", "a", "b", "b", "b", "c"],
+            "prompt": prompts,
+            "action": texts,
+            "legal": legal,
+        }
+    )
+    assert (trajectory_log_ratios(Orchestrator(fresh), decisions) == 0.0).all()
+    ratios = trajectory_log_ratios(Orchestrator(trained), decisions)
+    delta = (
+        score_actions(trained, prompts, texts, legal, True, False)
+        - score_actions(trained, prompts, texts, legal, False, False)
+    ).double()
+    assert list(ratios.index) == ["a", "b", "c"]
+    np.testing.assert_allclose(
+        ratios.to_numpy(), [delta[:2].sum(), delta[2:5].sum(), delta[5]], rtol=1e-6, atol=1e-6
+    )

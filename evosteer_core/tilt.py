@@ -1,0 +1,64 @@
+"""How far π_θ has tilted from ρ toward the AnchorTB target, measured on ρ's own trajectories.
+
+AnchorTB's target reweights ρ's histories by 1 + a_β r (SPEC §1.7, Prop. A.6), so a policy that
+learned it gives ρ's successful trajectories a higher log-ratio log P_θ(τ)/P_ρ(τ) = Σ_t Δℓ_t
+(the executor's terms cancel, A.4) than its failed ones. At initialization Δℓ ≡ 0 and the
+report is exactly (AUC 1/2, gap 0). Scored on held-out trajectories this is a paired,
+continuous test of learning with far more power than comparing sampled rewards.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from evosteer_core.orchestrator import Orchestrator
+
+
+def auc(scores: Sequence[float], labels: Sequence[int]) -> float:
+    """Mann–Whitney AUC P(score of a positive > score of a negative), ties 1/2; NaN when one
+    class is absent."""
+    s = np.asarray(scores, dtype=float)
+    y = np.asarray(labels, dtype=bool)
+    pos, neg = s[y], s[~y]
+    if not len(pos) or not len(neg):
+        return float("nan")
+    greater = (pos[:, None] > neg[None, :]).sum()
+    ties = (pos[:, None] == neg[None, :]).sum()
+    return float((greater + 0.5 * ties) / (len(pos) * len(neg)))
+
+
+def trajectory_log_ratios(policy: Orchestrator, decisions: pd.DataFrame) -> pd.Series:
+    """Σ_t (ℓ_θ − ℓ_ρ) of every trajectory in a decisions table, indexed by traj_id."""
+    prompts = decisions["prompt"].tolist()
+    actions = decisions["action"].tolist()
+    legal = decisions["legal"].tolist()
+    theta = policy.score(prompts, actions, legal, use_adapter=True)
+    rho = policy.score(prompts, actions, legal, use_adapter=False)
+    delta = pd.Series((theta - rho).double().cpu().numpy(), index=decisions["traj_id"].to_numpy())
+    return delta.groupby(level=0, sort=False).sum()
+
+
+@dataclass(frozen=True)
+class TiltReport:
+    """Separation of successful (reward ≥ 1/2) from failed trajectories by their log-ratio."""
+
+    auc: float
+    gap: float
+    """Mean log-ratio of successes minus that of failures (nats)."""
+    n_success: int
+    n_failure: int
+
+
+def tilt_report(rewards: Sequence[float], log_ratios: Sequence[float]) -> TiltReport:
+    """AUC and mean gap of ``log_ratios`` between trajectories with reward ≥ 1/2 and the rest."""
+    r = np.asarray(rewards, dtype=float)
+    x = np.asarray(log_ratios, dtype=float)
+    if r.shape != x.shape:
+        raise ValueError(f"{len(r)} rewards but {len(x)} log-ratios")
+    ok = r >= 0.5
+    gap = float(x[ok].mean() - x[~ok].mean()) if ok.any() and (~ok).any() else float("nan")
+    return TiltReport(auc(x, ok), gap, int(ok.sum()), int((~ok).sum()))
