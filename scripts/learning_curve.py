@@ -72,6 +72,12 @@ def run_seed(args: argparse.Namespace, seed: int) -> dict[str, list[float]]:
             curve["rho"].append(m["reward_rho"])
             curve["loss"].append(m["loss"])
             curve["anchor"].append(m["anchor_only_loss"])
+            print(
+                f"seed {seed} step {step:3d}  train θ {m['reward_theta']:.3f} "
+                f"ρ {m['reward_rho']:.3f}  loss {m['loss']:.3f} "
+                f"(anchor-only {m['anchor_only_loss']:.3f})  [{time.time() - t0:.0f}s]",
+                flush=True,
+            )
         if step % args.eval_every == 0:
             evals["step"].append(step)
             line = f"seed {seed} step {step:3d}"
