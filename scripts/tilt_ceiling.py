@@ -23,14 +23,12 @@ import argparse
 import math
 
 import numpy as np
-import torch
+from probe_session import add_session_options, untrained_session
 
 from evosteer_core.actions import Action
-from evosteer_core.config import load_config
-from evosteer_core.configio import parse_override
-from evosteer_core.rollout import EpisodePlan, collect_rollouts
+from evosteer_core.rollout import EpisodePlan
 from evosteer_core.runtime import Episode
-from evosteer_core.step import _rollout_context, init_state, open_session
+from evosteer_core.step import evaluation_rollouts
 
 
 def replay_reward(s, record, actions: list[str], costs: list[tuple[int, int]], key: str) -> float:
@@ -58,29 +56,17 @@ def replay_reward(s, record, actions: list[str], costs: list[tuple[int, int]], k
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--config", default=None)
-    p.add_argument("--heldout", type=int, default=16, help="held-out tasks per family")
     p.add_argument("--rollouts", type=int, default=4, help="ρ trajectories per task")
     p.add_argument("--replays", type=int, default=8, help="executor draws per trajectory")
     p.add_argument("--betas", type=float, nargs="+", default=[2.0, 4.0, 8.0])
-    p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--set", nargs="*", default=[], help="extra config overrides KEY=VALUE")
+    add_session_options(p)
     args = p.parse_args()
-    torch.set_num_threads(args.threads)
-    cfg = load_config(
-        args.config,
-        overrides={
-            "skills.enabled": False,
-            "sim.n_heldout_per_family": args.heldout,
-            **dict(parse_override(kv) for kv in args.set),
-        },
-    )
-    s = open_session(cfg, init_state(cfg))
+    s = untrained_session(args)
     records = s.world.heldout_records
     plans = [
         EpisodePlan(r, "rho", k, evaluation=True) for r in records for k in range(args.rollouts)
     ]
-    trajectories, decisions = collect_rollouts(s.policy, plans, _rollout_context(s, 7, 0))
+    trajectories, decisions = evaluation_rollouts(s, records, False, args.rollouts, "ceiling")
     by_traj = dict(tuple(decisions.groupby("traj_id", sort=False)))
     tok = s.policy.policy.tokenizer
     p_hat: dict[str, list[float]] = {}

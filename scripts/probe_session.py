@@ -1,0 +1,34 @@
+"""Shared setup of the diagnostic scripts (tilt_ceiling, capacity_probe): the common options and
+an untrained session on the SIMULATED suite with skills off."""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+from evosteer_core.config import load_config
+from evosteer_core.configio import parse_override
+from evosteer_core.step import Session, init_state, open_session
+
+
+def add_session_options(p: argparse.ArgumentParser) -> None:
+    """--config, --heldout, --threads and --set."""
+    p.add_argument("--config", default=None, help="run config (default: embedded tiny-sim)")
+    p.add_argument("--heldout", type=int, default=16, help="held-out tasks per family")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--set", nargs="*", default=[], help="extra config overrides KEY=VALUE")
+
+
+def untrained_session(args: argparse.Namespace) -> Session:
+    """A fresh session (θ == ρ) from the options of :func:`add_session_options`."""
+    torch.set_num_threads(args.threads)
+    cfg = load_config(
+        args.config,
+        overrides={
+            "skills.enabled": False,
+            "sim.n_heldout_per_family": args.heldout,
+            **dict(parse_override(kv) for kv in args.set),
+        },
+    )
+    return open_session(cfg, init_state(cfg))
