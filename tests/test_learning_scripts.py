@@ -7,6 +7,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+import torch
+from transformers import AutoModelForCausalLM
+
+from evosteer_core.policy.backbone import (
+    PolicyConfig,
+    default_cache_dir,
+    load_policy,
+    tiny_model_folder,
+)
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -41,3 +51,28 @@ def test_tilt_ceiling_prints_the_a6_table() -> None:
     )
     assert "| family | μ (replayed) | Var_ρ(p) | gain β=2 |" in out
     assert "| mean |" in out
+
+
+def test_capacity_probe_reports_held_out_and_in_sample_tilt() -> None:
+    out = _run(
+        "scripts/capacity_probe.py",
+        *("--runs", "2", "--epochs", "1", "--heldout", "1", "--eval-runs", "1"),
+        *("--set", "sim.n_train_per_family=2"),
+    )
+    assert "sampled decisions to clone" in out and "epoch 1: mean NLL" in out
+    assert "held-out (6 paired episodes): untrained θ" in out
+    assert "training trajectories: tilt AUC" in out
+
+
+def test_pretrained_tiny_backbone_loads_as_a_policy_folder(tmp_path: Path) -> None:
+    folder = tmp_path / "tiny-lm"
+    out = _run("scripts/pretrain_tiny.py", str(folder), "--episodes", "1", "--epochs", "1")
+    assert "epoch 1: mean token NLL" in out
+    policy = load_policy(PolicyConfig(backbone=str(folder), lora_r=4, lora_alpha=8.0))
+    fresh = AutoModelForCausalLM.from_pretrained(
+        tiny_model_folder(default_cache_dir() / "models", 0)
+    )
+    trained = policy.model.get_base_model()
+    assert not torch.equal(
+        trained.get_input_embeddings().weight, fresh.get_input_embeddings().weight
+    )
