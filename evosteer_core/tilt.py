@@ -9,6 +9,7 @@ continuous test of learning with far more power than comparing sampled rewards.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -62,3 +63,23 @@ def tilt_report(rewards: Sequence[float], log_ratios: Sequence[float]) -> TiltRe
     ok = r >= 0.5
     gap = float(x[ok].mean() - x[~ok].mean()) if ok.any() and (~ok).any() else float("nan")
     return TiltReport(auc(x, ok), gap, int(ok.sum()), int((~ok).sum()))
+
+
+def tilt_gain(mu: float, var: float, beta: float) -> float:
+    """Prop. A.6 on one task: the mean-reward gain of ρ reweighted by 1 + a_β p(τ),
+    a_β Var_ρ(p) / (1 + a_β μ), for success probabilities p(τ) with mean μ and variance var."""
+    a = math.expm1(beta)
+    return a * var / (1 + a * mu)
+
+
+def success_variance(p_hats: Sequence[float], replays: int) -> float:
+    """Var_ρ(p) estimated from p̂(τ), each the mean of ``replays`` Bernoulli(p(τ)) draws: the
+    sample variance of p̂ minus its binomial part E[p(1 − p)]/K (estimated without bias by
+    mean p̂(1 − p̂)/(K − 1)), clipped at 0."""
+    if replays < 2 or len(p_hats) < 2:
+        raise ValueError(
+            f"need >= 2 replays and >= 2 trajectories, got {replays} and {len(p_hats)}"
+        )
+    p = np.asarray(p_hats, dtype=float)
+    noise = float(np.mean(p * (1 - p))) / (replays - 1)
+    return max(0.0, float(np.var(p, ddof=1)) - noise)

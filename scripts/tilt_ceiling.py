@@ -20,7 +20,6 @@ Usage: python scripts/tilt_ceiling.py [--heldout 16] [--rollouts 4] [--replays 8
 from __future__ import annotations
 
 import argparse
-import math
 
 import numpy as np
 from probe_session import add_session_options, untrained_session
@@ -29,6 +28,7 @@ from evosteer_core.actions import Action
 from evosteer_core.rollout import EpisodePlan
 from evosteer_core.runtime import Episode
 from evosteer_core.step import evaluation_rollouts
+from evosteer_core.tilt import success_variance, tilt_gain
 
 
 def replay_reward(s, record, actions: list[str], costs: list[tuple[int, int]], key: str) -> float:
@@ -90,10 +90,7 @@ def main() -> None:
     )
     rows = []
     for record_id, ps in p_hat.items():
-        ps_arr = np.array(ps)
-        noise = float(np.mean(ps_arr * (1 - ps_arr))) / (k - 1)  # binomial noise of each p̂
-        var = max(0.0, float(np.var(ps_arr, ddof=1)) - noise)
-        rows.append((family[record_id], float(ps_arr.mean()), var))
+        rows.append((family[record_id], float(np.mean(ps)), success_variance(ps, k)))
     header = "| family | μ (replayed) | Var_ρ(p) | " + " | ".join(
         f"gain β={b:g}" for b in args.betas
     )
@@ -104,9 +101,7 @@ def main() -> None:
         sel = [r for r in rows if fam in ("mean", r[0])]
         cells = []
         for b in args.betas:
-            a = math.expm1(b)
-            gains = [a * var / (1 + a * mu) for _, mu, var in sel]
-            cells.append(f"{np.mean(gains):+.3f}")
+            cells.append(f"{np.mean([tilt_gain(mu, var, b) for _, mu, var in sel]):+.3f}")
         mu = np.mean([m for _, m, _ in sel])
         var = np.mean([v for _, _, v in sel])
         print(f"| {fam} | {mu:.3f} | {var:.4f} | " + " | ".join(cells) + " |")

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy.stats import mannwhitneyu
 
-from evosteer_core.tilt import auc, tilt_report
+from evosteer_core.tilt import auc, success_variance, tilt_gain, tilt_report
 
 
 def test_auc_equals_mann_whitney_u_over_pairs() -> None:
@@ -38,3 +38,30 @@ def test_perfect_separation_and_gap() -> None:
 def test_length_mismatch_is_named() -> None:
     with pytest.raises(ValueError, match="3 rewards but 2 log-ratios"):
         tilt_report([1.0, 0.0, 1.0], [0.0, 0.0])
+
+
+def test_tilt_gain_equals_the_reweighted_bandit_by_brute_force() -> None:
+    """ρ over actions with success probabilities p_a; θ* ∝ ρ(1 + a_β p_a) earns Σθ* p."""
+    rng = np.random.default_rng(1)
+    for beta in (0.5, 2.0, 8.0):
+        rho = rng.dirichlet(np.ones(7))
+        p = rng.random(7)
+        target = rho * (1 + math.expm1(beta) * p)
+        gain = float((target / target.sum()) @ p - rho @ p)
+        mu = float(rho @ p)
+        var = float(rho @ (p - mu) ** 2)
+        assert tilt_gain(mu, var, beta) == pytest.approx(gain, rel=1e-9)
+
+
+def test_success_variance_removes_the_binomial_noise() -> None:
+    rng = np.random.default_rng(2)
+    p = rng.uniform(0.1, 0.9, size=40)
+    estimates = [success_variance(rng.binomial(8, p) / 8, 8) for _ in range(3000)]
+    assert np.mean(estimates) == pytest.approx(np.var(p, ddof=1), rel=0.05)
+    naive = np.var(rng.binomial(8, p) / 8, ddof=1)
+    assert naive > 1.3 * np.var(p, ddof=1)  # without the correction it is biased upward
+
+
+def test_success_variance_needs_replays() -> None:
+    with pytest.raises(ValueError, match="need >= 2 replays"):
+        success_variance([0.5, 0.5], 1)

@@ -56,10 +56,7 @@ def score_and_encode_rho(
     action tokens after it, so h_ρ equals ``encode_h_rho``'s; saves one pass over the prompts.
     Returns (float32 [B], float32 [B, d_h] on CPU).
     """
-    with torch.no_grad():
-        scores, hidden = _score(
-            policy, prompts, action_texts, legal, False, False, batch_size, True
-        )
+    scores, hidden = _score(policy, prompts, action_texts, legal, False, False, batch_size, True)
     return scores, rms_normalize(hidden).cpu()
 
 
