@@ -94,13 +94,23 @@ class DataConfig:
 
 @dataclass(frozen=True)
 class SimConfig:
-    """The synthetic task suite: its seed and how many records per family in each split."""
+    """The synthetic task suite: its seed and how many records per family in each split.
+
+    ``orchestration_effect`` scales the simulated executor's team-dependent logits (plan,
+    search, context, self-revision, crowding and re-solve bonuses; ``SimModel.
+    with_orchestration_effect``): 1 is the documented model of docs/sim.md.
+    """
 
     seed: int = 0
     n_train_per_family: int = 64
     n_heldout_per_family: int = 32
+    orchestration_effect: float = 1.0
 
     def __post_init__(self) -> None:
+        _check(
+            self.orchestration_effect >= 0,
+            f"orchestration_effect: must be >= 0, got {self.orchestration_effect}",
+        )
         _check(self.n_train_per_family > 0, "n_train_per_family: must be > 0")
         _check(self.n_heldout_per_family >= 0, "n_heldout_per_family: must be >= 0")
 

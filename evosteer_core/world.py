@@ -29,8 +29,9 @@ def build_executor(cfg: RunConfig) -> Executor:
     ex = cfg.executor
     if ex.kind == "sim":
         from evosteer_core.sim.executor import SimExecutor
+        from evosteer_core.sim.model import DEFAULT_MODEL
 
-        return SimExecutor()
+        return SimExecutor(DEFAULT_MODEL.with_orchestration_effect(cfg.sim.orchestration_effect))
     from evosteer_core.executors.openai import OpenAIExecutor
 
     if not ex.base_url or not ex.model:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import statistics
 
+import pytest
 from test_sim import request
 
 from evosteer_core.answers import cued_span
@@ -206,3 +207,47 @@ def test_interactive_chain_beats_single_through_the_runtime():
     chain = statistics.fmean(play(t, ["solver", "verifier"]) for t in tasks)
     assert chain > single + 0.08
     assert cued_span("x\nAnswer: done") == "done"
+
+
+def test_orchestration_effect_scales_team_logits_and_keeps_family_means():
+    base = SimExecutor().model
+    assert base.with_orchestration_effect(1.0) is base
+    for scale in (0.0, 3.0):
+        scaled = base.with_orchestration_effect(scale)
+        assert scaled.crowding == base.crowding * scale
+        assert scaled.resolve_bonus == base.resolve_bonus * scale
+        for name, fam in base.families.items():
+            new = scaled.families[name]
+            assert new.plan_bonus == fam.plan_bonus * scale
+            assert new.search_bonus == fam.search_bonus * scale
+            assert new.self_revision == fam.self_revision * scale
+            assert new.context_bonus == fam.context_bonus * scale
+            mean = statistics.fmean(fam.competence.values())
+            assert statistics.fmean(new.competence.values()) == pytest.approx(mean)
+            for role, c in fam.competence.items():
+                assert new.competence[role] == pytest.approx(mean + scale * (c - mean))
+            # what the team does not decide stays as it was
+            assert (new.detect, new.search_hit, new.slope) == (
+                fam.detect,
+                fam.search_hit,
+                fam.slope,
+            )
+    with pytest.raises(ValueError, match="must be >= 0"):
+        base.with_orchestration_effect(-1.0)
+
+
+def test_larger_orchestration_effect_widens_the_gap_a_plan_makes():
+    tasks = family_tasks("hotpotqa")
+
+    def plan_gap(executor: SimExecutor) -> float:
+        plan = [
+            (Message("n0", "feedback", f"Plan:\n1. {t.meta['key_step']}.", None),) for t in tasks
+        ]
+        with_plan = [
+            executor.run_node(request(t, node="n1", messages=m))
+            for t, m in zip(tasks, plan, strict=True)
+        ]
+        alone = [executor.run_node(request(t, node="n1")) for t in tasks]
+        return accuracy(tasks, with_plan) - accuracy(tasks, alone)
+
+    assert plan_gap(SimExecutor(EX.model.with_orchestration_effect(3.0))) > plan_gap(EX) + 0.1

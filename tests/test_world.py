@@ -34,3 +34,14 @@ def test_overlapping_slices_are_rejected():
     )
     with pytest.raises(ValueError, match="overlap"):
         build_world(cfg)
+
+
+def test_sim_orchestration_effect_reaches_the_executor():
+    plain = build_world(load_config(None, overrides={"sim.n_train_per_family": 1}))
+    strong = build_world(
+        load_config(None, overrides={"sim.n_train_per_family": 1, "sim.orchestration_effect": 3})
+    )
+    assert strong.executor.model == plain.executor.model.with_orchestration_effect(3.0)
+    assert strong.executor.model != plain.executor.model
+    with pytest.raises(ValueError, match="orchestration_effect"):
+        load_config(None, overrides={"sim.orchestration_effect": -1})

@@ -9,7 +9,7 @@ at mid difficulty: a node's own attempt succeeds with probability
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 ANSWER_ROLES: tuple[str, ...] = ("solver", "verifier", "researcher", "finalizer", "tool_user")
@@ -113,6 +113,44 @@ class SimModel:
         default_factory=lambda: _frozen({"python": 0.9, "search": 0.4})
     )
     latency_per_env_step_s: float = 0.15
+
+    def with_orchestration_effect(self, scale: float) -> SimModel:
+        """This model with every logit that the team decides times ``scale``: what a node
+        gains or loses from its place in the team (plan, search, context, self-revision,
+        crowding, re-solve bonuses) and which role it has (each role's competence's distance
+        from the family's mean competence).
+
+        ``scale > 1`` makes orchestration decide more of an episode's outcome relative to the
+        executor's noise (a larger Var_ρ(p | C), hence a higher tilt ceiling, docs/learning.md);
+        1 is the default model, 0 makes the team's wiring irrelevant to a node's competence.
+        """
+        if scale < 0:
+            raise ValueError(f"orchestration effect scale must be >= 0, got {scale}")
+        if scale == 1.0:
+            return self
+        families = {
+            name: replace(
+                fam,
+                competence=_spread(fam.competence, scale),
+                plan_bonus=fam.plan_bonus * scale,
+                search_bonus=fam.search_bonus * scale,
+                context_bonus=fam.context_bonus * scale,
+                self_revision=fam.self_revision * scale,
+            )
+            for name, fam in self.families.items()
+        }
+        return replace(
+            self,
+            families=MappingProxyType(families),
+            crowding=self.crowding * scale,
+            resolve_bonus=self.resolve_bonus * scale,
+        )
+
+
+def _spread(competence: Mapping[str, float], scale: float) -> Mapping[str, float]:
+    """Role competences moved ``scale`` times as far from their family mean."""
+    mean = sum(competence.values()) / len(competence)
+    return _frozen({role: mean + scale * (c - mean) for role, c in competence.items()})
 
 
 _QA_ADOPT = {"solver": 0.45, "verifier": 0.0, "researcher": 0.3, "finalizer": 0.9, "tool_user": 0.0}
