@@ -13,7 +13,6 @@ import torch
 
 from evosteer_core.config import RunConfig
 from evosteer_core.policy.backbone import Policy, PolicyConfig, load_policy
-from evosteer_core.policy.encode import encode_h_rho
 from evosteer_core.policy.sampling import sample_actions
 from evosteer_core.policy.scoring import score_actions, score_and_encode_rho
 
@@ -65,9 +64,6 @@ class Orchestrator:
         requires_grad: bool = False,
     ) -> torch.Tensor:
         return score_actions(self.policy, prompts, actions, legal, use_adapter, requires_grad)
-
-    def encode_h_rho(self, prompts: Sequence[str]) -> torch.Tensor:
-        return encode_h_rho(self.policy, prompts)
 
     def score_and_encode_rho(
         self, prompts: Sequence[str], actions: Sequence[str], legal: Sequence[Sequence[str]]

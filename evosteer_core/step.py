@@ -428,11 +428,11 @@ def _backprop_actor(s: Session, rows: pd.DataFrame, gamma: torch.Tensor, chunk: 
 
     Only decisions with more than one legal action have a θ-dependent ℓ (a single legal action
     scores 0 under θ and ρ alike), so only those are re-scored with a graph. Micro-batches
-    group prompts of similar length (less padding); the order is fixed, so runs stay bitwise.
+    follow the prompts' text order, so each holds decisions of few tasks and their shared
+    prompt head runs once (``score_actions``); the order is fixed, so runs stay bitwise.
     """
     multi = np.flatnonzero((rows["legal"].map(len) > 1).to_numpy())
-    lengths = rows["prompt"].str.len().to_numpy()[multi]
-    multi = multi[np.argsort(lengths, kind="stable")]
+    multi = multi[np.argsort(rows["prompt"].to_numpy()[multi], kind="stable")]
     for start in range(0, len(multi), chunk):
         idx = multi[start : start + chunk]
         sub = rows.iloc[idx]

@@ -282,6 +282,33 @@ def test_one_rho_pass_gives_the_same_scores_and_encodings(trained: Policy) -> No
     assert scores[0].item() == 0.0
 
 
+def test_shared_prompt_heads_give_the_unshared_scores_encodings_and_gradients(
+    trained: Policy,
+) -> None:
+    """Decisions that share a prompt run its prefix once (a repeated KV cache); batch size 1
+    runs every decision alone, without sharing: values and LoRA gradients agree."""
+    prompts, legal = _batch(3, 13)
+    rows = [(i, k) for i in range(3) for k in range(4)]  # 4 decisions per prompt
+    ps = [prompts[i] for i, _ in rows]
+    ls = [legal[i] for i, _ in rows]
+    texts = [legal[i][k % len(legal[i])] for i, k in rows]
+
+    def run(batch_size: int) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
+        scores, h = score_and_encode_rho(trained, ps, texts, ls, batch_size=batch_size)
+        trained.model.zero_grad(set_to_none=True)
+        theta = score_actions(trained, ps, texts, ls, True, True, batch_size=batch_size)
+        (theta * torch.linspace(0.5, 1.5, len(ps))).sum().backward()
+        grads = [p.grad.clone() for p in trained.lora_parameters()]
+        trained.model.zero_grad(set_to_none=True)
+        return torch.cat([scores, theta.detach()]), h, grads
+
+    shared, alone = run(64), run(1)
+    torch.testing.assert_close(shared[0], alone[0], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(shared[1], alone[1], atol=1e-5, rtol=1e-5)
+    for g_shared, g_alone in zip(shared[2], alone[2], strict=True):
+        torch.testing.assert_close(g_shared, g_alone, atol=1e-5, rtol=1e-4)
+
+
 def test_trajectory_log_ratios_sum_delta_ell_and_are_zero_at_init(
     fresh: Policy, trained: Policy
 ) -> None:

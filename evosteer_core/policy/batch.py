@@ -25,3 +25,55 @@ def right_pad(
     lengths = mask.sum(dim=1, keepdim=True)
     steps = torch.minimum(torch.arange(width).unsqueeze(0), (lengths - 1).clamp(min=0))
     return ids, mask, offsets.unsqueeze(1) + steps
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def shared_prefix_groups(
+    seqs: Sequence[Sequence[int]], max_group: int
+) -> list[tuple[list[int], int]]:
+    """Micro-batches of ``seqs`` (indices) that share a token prefix, with its length.
+
+    Decisions of one task repeat the task's prompt head (system text, task, roles, menu), so
+    a micro-batch of them can run the head once and only the rest per row. ``seqs`` are sorted
+    lexicographically (a sorted run's common prefix is the smallest common prefix of neighbours)
+    and cut into runs whose neighbours share at least T tokens, T chosen among the neighbour
+    values to maximize the prefix tokens saved, Σ shared · (size − 1); runs longer than
+    ``max_group`` are split. The shared length stays below each member's length (the last
+    token is always run per row); a single-member group shares 0. Deterministic in ``seqs``.
+    """
+    if max_group < 1:
+        raise ValueError(f"max_group must be >= 1, got {max_group}")
+    if not seqs:
+        return []
+    order = sorted(range(len(seqs)), key=lambda i: list(seqs[i]))
+    caps = [len(seqs[i]) - 1 for i in order]
+    near = [
+        min(_common_prefix(seqs[a], seqs[b]), caps[k], caps[k + 1])
+        for k, (a, b) in enumerate(zip(order, order[1:], strict=False))
+    ]
+
+    def cut(threshold: int) -> list[tuple[list[int], int]]:
+        groups: list[tuple[list[int], int]] = []
+        members, shared = [order[0]], caps[0]
+        for k, i in enumerate(order[1:]):
+            if near[k] >= threshold and len(members) < max_group:
+                members.append(i)
+                shared = min(shared, near[k])
+            else:
+                groups.append((members, shared if len(members) > 1 else 0))
+                members, shared = [i], caps[k + 1]
+        groups.append((members, shared if len(members) > 1 else 0))
+        return groups
+
+    def saved(groups: list[tuple[list[int], int]]) -> int:
+        return sum(shared * (len(members) - 1) for members, shared in groups)
+
+    return max((cut(t) for t in sorted({0, *near})), key=saved)

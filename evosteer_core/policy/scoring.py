@@ -2,8 +2,9 @@
 
 ℓ(a|s) = Σ_j log softmax over the allowed set at position j of a's token sequence; a forced
 position (one allowed token) contributes exactly 0, so only branching positions are computed.
-Each micro-batch is one forward pass over prompt + action tokens (right padding, explicit
-positions); θ and ρ see the same prompt, tokens and mask.
+Each micro-batch holds decisions that share a prompt prefix (the task's head): the prefix runs
+once, the rest of each prompt + its action tokens in one padded pass on top of its KV cache
+(explicit positions); θ and ρ see the same prompt, tokens, mask and micro-batches.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Sequence
 import torch
 
 from evosteer_core.policy.backbone import Policy
-from evosteer_core.policy.batch import right_pad
+from evosteer_core.policy.batch import right_pad, shared_prefix_groups
 from evosteer_core.policy.encode import rms_normalize
 from evosteer_core.policy.trie import ActionTrie
 
@@ -86,22 +87,23 @@ def _score(
             items.append((row, tok.encode_prompt(prompt), trie.sequences[index], allowed))
     scores = torch.zeros(len(prompts), dtype=torch.float32, device=policy.device)
     encoded: list[torch.Tensor | None] = [None] * len(prompts)
-    items.sort(key=lambda item: len(item[1]) + len(item[2]))
+    groups = shared_prefix_groups([prompt_ids for _, prompt_ids, _, _ in items], batch_size)
     grad = torch.enable_grad() if requires_grad else torch.no_grad()
     with grad, policy.adapter_context(use_adapter):
-        for start in range(0, len(items), batch_size):
-            chunk = items[start : start + batch_size]
-            ids, mask, pos = right_pad([p + list(a[:-1]) for _, p, a, _ in chunk], tok.pad_id)
-            hidden, _ = policy.hidden(ids, mask, pos)
+        for members, shared in groups:
+            chunk = [items[m] for m in members]
+            hidden = _hidden_after_prefix(
+                policy, [p + list(a[:-1]) for _, p, a, _ in chunk], shared
+            )
             if encode:
                 for slot, (row, prompt_ids, _, _) in enumerate(chunk):
-                    encoded[row] = hidden[slot, len(prompt_ids) - 1].float()
+                    encoded[row] = hidden[slot, len(prompt_ids) - 1 - shared].float()
             slots, places, targets, rows, masks = [], [], [], [], []
             for slot, (row, prompt_ids, action_ids, allowed) in enumerate(chunk):
                 for j, options in enumerate(allowed):
                     if len(options) > 1:
                         slots.append(slot)
-                        places.append(len(prompt_ids) - 1 + j)
+                        places.append(len(prompt_ids) - 1 - shared + j)
                         targets.append(options.index(action_ids[j]))
                         rows.append(row)
                         masks.append(options)
@@ -118,3 +120,21 @@ def _score(
             ]
             scores = scores.index_add(0, torch.tensor(rows, device=scores.device), picked)
     return scores, torch.stack(encoded) if encode else None
+
+
+def _hidden_after_prefix(policy: Policy, seqs: list[list[int]], shared: int) -> torch.Tensor:
+    """Hidden states of ``seqs[i][shared:]`` (right-padded) after their common first ``shared``
+    tokens, which run once and reach every row through a repeated KV cache (gradients from all
+    rows flow back into that one pass). ``shared = 0`` is a plain padded forward pass."""
+    pad = policy.tokenizer.pad_id
+    if shared == 0:
+        ids, mask, pos = right_pad(seqs, pad)
+        return policy.hidden(ids, mask, pos)[0]
+    head = torch.tensor([seqs[0][:shared]], dtype=torch.long)
+    _, cache = policy.hidden(
+        head, torch.ones_like(head), torch.arange(shared).unsqueeze(0), use_cache=True
+    )
+    cache.batch_repeat_interleave(len(seqs))
+    ids, mask, pos = right_pad([s[shared:] for s in seqs], pad, [shared] * len(seqs))
+    full_mask = torch.cat([torch.ones(len(seqs), shared, dtype=mask.dtype), mask], dim=1)
+    return policy.hidden(ids, full_mask, pos, cache, use_cache=True)[0]
