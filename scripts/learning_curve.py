@@ -3,6 +3,9 @@
 Usage: python scripts/learning_curve.py [--steps 60] [--batch 16] [--seeds 42 43 44]
            [--eval-every 10] [--heldout 16] [--device cpu] [--lr 1e-3]
            [--png docs/learning_curve.png] [--json FILE] [--from-json FILE ...]
+           [--mode-temperature 0.5] [--set sim.orchestration_effect=5 ...]
+The runs of docs/learning.md use ``--set sim.orchestration_effect=5`` (a simulator where the
+team decides more; on the default one the most AnchorTB can gain is +0.04, Prop. A.6).
 Everything here is SIMULATED (sim executor). Prints the held-out curve per seed and a summary,
 and saves a PNG with the curves. ``--json`` also saves the raw curves; ``--from-json`` skips
 training and re-plots/summarizes saved curves (e.g. from runs on other machines).
