@@ -65,6 +65,36 @@ def tilt_report(rewards: Sequence[float], log_ratios: Sequence[float]) -> TiltRe
     return TiltReport(auc(x, ok), gap, int(ok.sum()), int((~ok).sum()))
 
 
+@dataclass(frozen=True)
+class ReweightedGain:
+    """θ's mean reward minus ρ's, estimated from ρ's trajectories alone (paired)."""
+
+    gain: float
+    se: float
+    """Delta-method standard error."""
+
+
+def reweighted_gain(rewards: Sequence[float], log_ratios: Sequence[float]) -> ReweightedGain:
+    """E_θ[r] − E_ρ[r] by self-normalized importance weighting of ρ's own trajectories.
+
+    P_θ(τ)/P_ρ(τ) = e^{w(τ)} with w = Σ Δℓ (the executor's terms cancel), so
+    Σ r e^w / Σ e^w estimates θ's mean reward from the same episodes that give ρ's: the gain
+    is paired and has much less noise than a comparison of separately sampled rewards while θ
+    stays near ρ. The standard error linearizes R̂ − r̄ with influence v(r − R̂) − (r − r̄),
+    v = e^w / mean e^w. With w ≡ 0 (untrained) the gain and its error are exactly 0.
+    """
+    r = np.asarray(rewards, dtype=float)
+    w = np.asarray(log_ratios, dtype=float)
+    if r.shape != w.shape:
+        raise ValueError(f"{len(r)} rewards but {len(w)} log-ratios")
+    v = np.exp(w - w.max())
+    v /= v.mean()
+    theta = float(np.mean(v * r))
+    influence = v * (r - theta) - (r - r.mean())
+    se = float(np.sqrt(np.var(influence, ddof=1) / len(r))) if len(r) > 1 else float("nan")
+    return ReweightedGain(theta - float(r.mean()), se)
+
+
 def tilt_gain(mu: float, var: float, beta: float) -> float:
     """Prop. A.6 on one task: the mean-reward gain of ρ reweighted by 1 + a_β p(τ),
     a_β Var_ρ(p) / (1 + a_β μ), for success probabilities p(τ) with mean μ and variance var."""

@@ -34,7 +34,11 @@ from evosteer_core.step import (  # noqa: E402
     open_session,
     train_step,
 )
-from evosteer_core.tilt import tilt_report, trajectory_log_ratios  # noqa: E402
+from evosteer_core.tilt import (  # noqa: E402
+    reweighted_gain,
+    tilt_report,
+    trajectory_log_ratios,
+)
 from evosteer_core.world import build_world  # noqa: E402
 
 
@@ -62,7 +66,9 @@ def run_seed(args: argparse.Namespace, seed: int) -> dict[str, list[float]]:
     world = build_world(cfg)
     state = init_state(cfg)
     curve: dict[str, list[float]] = {k: [] for k in ("step", "theta", "rho", "loss", "anchor")}
-    evals: dict[str, list[float]] = {"step": [], "tilt_auc": [], "tilt_gap": []}
+    evals: dict[str, list[float]] = {
+        k: [] for k in ("step", "tilt_auc", "tilt_gap", "is_gain", "is_se")
+    }
     for key in eval_cfgs:
         evals.update({f"theta{key}": [], f"rho{key}": []})
     t0 = time.time()
@@ -97,10 +103,17 @@ def run_seed(args: argparse.Namespace, seed: int) -> dict[str, list[float]]:
                 line += f"  held-out (T={temp:g}) θ {th:.3f} ρ {rh:.3f}"
                 if not key:  # the learned tilt, on ρ's own held-out trajectories
                     ratios = trajectory_log_ratios(s.policy, rho_dec)
-                    tilt = tilt_report(rho_tr["reward"], ratios.loc[rho_tr["traj_id"]])
+                    w = ratios.loc[rho_tr["traj_id"]]
+                    tilt = tilt_report(rho_tr["reward"], w)
+                    paired = reweighted_gain(rho_tr["reward"], w)
                     evals["tilt_auc"].append(tilt.auc)
                     evals["tilt_gap"].append(tilt.gap)
-                    line += f"  tilt AUC {tilt.auc:.3f} gap {tilt.gap:+.3f}"
+                    evals["is_gain"].append(paired.gain)
+                    evals["is_se"].append(paired.se)
+                    line += (
+                        f"  tilt AUC {tilt.auc:.3f} gap {tilt.gap:+.3f}"
+                        f"  reweighted gain {paired.gain:+.3f} ± {paired.se:.3f}"
+                    )
             print(f"{line}  [{time.time() - t0:.0f}s]", flush=True)
     return {"curve": curve, "evals": evals}
 
@@ -167,6 +180,16 @@ def main() -> None:
             "  learned tilt on ρ's held-out trajectories (untrained: AUC 0.5, gap 0): "
             + ", ".join(f"AUC {a:.3f} gap {g:+.3f}" for a, g in zip(aucs, gaps, strict=True))
             + f"; mean AUC {np.mean(aucs):.3f}"
+        )
+    paired = [
+        (seed, r["evals"]["is_gain"][-1], r["evals"]["is_se"][-1])
+        for seed, r in results.items()
+        if r["evals"].get("is_gain")
+    ]
+    if paired:
+        print(
+            "  θ's gain over ρ by reweighting ρ's held-out trajectories (paired, ± se): "
+            + ", ".join(f"seed {seed} {g:+.3f} ± {se:.3f}" for seed, g, se in paired)
         )
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for seed, r in results.items():

@@ -39,8 +39,11 @@ def test_learning_curve_prints_curve_tilt_and_saves_plot(tmp_path: Path) -> None
     assert "seed 5 step   1  train θ" in out and "anchor-only" in out
     assert "seed 5 step   0  held-out (T=1)" in out and "tilt AUC 0.500 gap +0.000" in out
     assert "learned tilt on ρ's held-out trajectories" in out
+    assert "reweighted gain +0.000 ± 0.000" in out  # step 0: θ = ρ, exactly
+    assert "by reweighting ρ's held-out trajectories (paired, ± se): seed 5" in out
     evals = json.loads(raw.read_text())["5"]["evals"]
     assert evals["step"] == [0, 1] and evals["tilt_auc"][0] == 0.5
+    assert evals["is_gain"][0] == 0.0 and len(evals["is_se"]) == 2
     assert png.stat().st_size > 10_000
 
 
