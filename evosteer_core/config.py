@@ -97,8 +97,9 @@ class SimConfig:
     """The synthetic task suite: its seed and how many records per family in each split.
 
     ``orchestration_effect`` scales the simulated executor's team-dependent logits (plan,
-    search, context, self-revision, crowding and re-solve bonuses; ``SimModel.
-    with_orchestration_effect``): 1 is the documented model of docs/sim.md.
+    search, context, self-revision, crowding and re-solve bonuses, and the roles' spread
+    around their family's mean competence; ``SimModel.with_orchestration_effect``): 1 is the
+    documented model of docs/sim.md.
     """
 
     seed: int = 0
