@@ -143,7 +143,7 @@ class PolicyConfig:
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     device: str = "cpu"
     lora: LoraConfig = field(default_factory=LoraConfig)
-    renderer: Literal["full", "compact"] = "full"
+    renderer: Literal["full", "compact", "compact_no_task"] = "full"
     max_action_tokens: int = 256
     context_tokens: int = 24_576
     temperature: float = 1.0

@@ -73,6 +73,18 @@ def test_compact_render_is_short_and_carries_the_key_facts() -> None:
     assert render(state, "full") == render_full(state)
 
 
+def test_compact_no_task_is_the_compact_text_less_the_task_line() -> None:
+    for seed in range(10):
+        state = {**_state(seed), "task": f"[sim hotpotqa heldout #{seed}] Which river?"}
+        full = render_compact(state).split("\n")
+        blind = render(state, "compact_no_task").split("\n")
+        assert [line for line in full if not line.startswith("task ")] == blind
+        assert sum(line.startswith("task ") for line in full) == 1
+        assert "heldout" not in "\n".join(blind)
+        other = {**state, "task": "[sim hotpotqa train #3] Another question"}
+        assert render(other, "compact_no_task") == render(state, "compact_no_task")
+
+
 def test_bad_inputs_are_named() -> None:
     state = _state(1)
     with pytest.raises(ValueError, match="unknown renderer"):

@@ -100,15 +100,16 @@ def feature_digits(features: list[float]) -> str:
     return "".join(str(round(9 * min(1.0, max(0.0, x)))) for x in features)
 
 
-def render_compact(state: dict[str, Any]) -> str:
-    """A short text for small backbones: family, graph summary, features, v̂, Δv̂, recent actions."""
+def render_compact(state: dict[str, Any], task_chars: int = COMPACT_TASK_CHARS) -> str:
+    """A short text for small backbones: family, the task's first ``task_chars`` characters (no
+    task line at 0), graph summary, features, v̂, Δv̂, recent actions."""
     _check_state(state)
     graph = state["graph"]
     edges = " ".join(f"{s}>{t}:{p}" for s, t, p in graph["edges"]) or "-"
     menu = " ".join(_short_skill(item["id"]) for item in state["skill_menu"]) or "-"
     lines = [
         f"family {state['family']}",
-        f"task {state['task'][:COMPACT_TASK_CHARS]}",
+        *([f"task {state['task'][:task_chars]}"] if task_chars > 0 else []),
         f"roles {' '.join(state['roles'])}",
         f"skills {menu}",
         *(_node_line(node) for node in graph["nodes"]),
@@ -122,11 +123,22 @@ def render_compact(state: dict[str, Any]) -> str:
     return SYSTEM_COMPACT + SYSTEM_SEPARATOR + "\n".join(lines)
 
 
-RENDERERS = {"full": render_full, "compact": render_compact}
+def render_compact_no_task(state: dict[str, Any]) -> str:
+    """The compact text without the task line, for backbones that cannot read a task: a
+    from-scratch model only memorizes tasks by their text (and a simulated task's tag names its
+    split), which does not carry over to new tasks (docs/policy.md)."""
+    return render_compact(state, task_chars=0)
+
+
+RENDERERS = {
+    "full": render_full,
+    "compact": render_compact,
+    "compact_no_task": render_compact_no_task,
+}
 
 
 def render(state: dict[str, Any], kind: str) -> str:
-    """Render with the renderer named ``kind`` ("full" or "compact")."""
+    """Render with the renderer named ``kind`` (a key of ``RENDERERS``)."""
     if kind not in RENDERERS:
         raise ValueError(f"unknown renderer {kind!r}; expected one of {sorted(RENDERERS)}")
     return RENDERERS[kind](state)
