@@ -23,12 +23,12 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
 import torch  # noqa: E402
 
 from evosteer_core.config import load_config  # noqa: E402
 from evosteer_core.configio import parse_override  # noqa: E402
 from evosteer_core.step import (  # noqa: E402
-    evaluate_policy,
     evaluation_rollouts,
     init_state,
     open_session,
@@ -40,6 +40,17 @@ from evosteer_core.tilt import (  # noqa: E402
     trajectory_log_ratios,
 )
 from evosteer_core.world import build_world  # noqa: E402
+
+
+def paired_difference(theta: pd.DataFrame, rho: pd.DataFrame) -> tuple[float, float]:
+    """Mean of θ's minus ρ's reward over episodes that share every seed (same record and run
+    index), and its standard error: the sampled comparison, paired by common random numbers."""
+    key = ["record_id", "rollout_index"]
+    both = theta[[*key, "reward"]].merge(rho[[*key, "reward"]], on=key, suffixes=("_t", "_r"))
+    if len(both) != len(theta) or len(both) != len(rho):
+        raise ValueError(f"{len(theta)} θ and {len(rho)} ρ episodes do not pair up")
+    diff = (both["reward_t"] - both["reward_r"]).to_numpy()
+    return float(diff.mean()), float(diff.std(ddof=1) / np.sqrt(len(diff)))
 
 
 def run_seed(args: argparse.Namespace, seed: int) -> dict[str, list[float]]:
@@ -70,7 +81,7 @@ def run_seed(args: argparse.Namespace, seed: int) -> dict[str, list[float]]:
         k: [] for k in ("step", "tilt_auc", "tilt_gap", "is_gain", "is_se")
     }
     for key in eval_cfgs:
-        evals.update({f"theta{key}": [], f"rho{key}": []})
+        evals.update({f"theta{key}": [], f"rho{key}": [], f"diff{key}": [], f"diff_se{key}": []})
     t0 = time.time()
     for step in range(0, args.steps + 1):
         if step:
@@ -92,15 +103,22 @@ def run_seed(args: argparse.Namespace, seed: int) -> dict[str, list[float]]:
             line = f"seed {seed} step {step:3d}"
             for key, eval_cfg in eval_cfgs.items():
                 s = open_session(eval_cfg, state, world)
-                th = evaluate_policy(s, world.heldout_records, True, args.eval_runs, "heldout")
+                th_tr, _ = evaluation_rollouts(
+                    s, world.heldout_records, True, args.eval_runs, "heldout"
+                )
                 rho_tr, rho_dec = evaluation_rollouts(
                     s, world.heldout_records, False, args.eval_runs, "heldout"
                 )
-                rh = float(rho_tr["reward"].mean())
+                th, rh = float(th_tr["reward"].mean()), float(rho_tr["reward"].mean())
+                diff, diff_se = paired_difference(th_tr, rho_tr)
                 evals[f"theta{key}"].append(th)
                 evals[f"rho{key}"].append(rh)
+                evals[f"diff{key}"].append(diff)
+                evals[f"diff_se{key}"].append(diff_se)
                 temp = eval_cfg.policy.temperature
-                line += f"  held-out (T={temp:g}) θ {th:.3f} ρ {rh:.3f}"
+                line += (
+                    f"  held-out (T={temp:g}) θ {th:.3f} ρ {rh:.3f} θ−ρ {diff:+.3f} ± {diff_se:.3f}"
+                )
                 if not key:  # the learned tilt, on ρ's own held-out trajectories
                     ratios = trajectory_log_ratios(s.policy, rho_dec)
                     w = ratios.loc[rho_tr["traj_id"]]
@@ -115,6 +133,11 @@ def run_seed(args: argparse.Namespace, seed: int) -> dict[str, list[float]]:
                         f"  reweighted gain {paired.gain:+.3f} ± {paired.se:.3f}"
                     )
             print(f"{line}  [{time.time() - t0:.0f}s]", flush=True)
+    if args.save_state:
+        out = Path(args.save_state) / f"state_seed{seed}_step{args.steps}.pt"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_bytes(state.to_bytes())
+        print(f"saved the trained state (adapter, heads, optimizer) to {out}", flush=True)
     return {"curve": curve, "evals": evals}
 
 
@@ -147,6 +170,7 @@ def main() -> None:
     )
     p.add_argument("--set", nargs="*", default=[], help="extra config overrides KEY=VALUE")
     p.add_argument("--json", default=None, help="also save the raw curves here")
+    p.add_argument("--save-state", default=None, help="save each seed's trained state here")
     p.add_argument("--from-json", nargs="+", default=None, help="plot saved curves instead")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
@@ -166,9 +190,13 @@ def main() -> None:
             if f"theta{key}" not in e:
                 continue
             gains.append(e[f"theta{key}"][-1] - e[f"theta{key}"][0])
+            paired = ""
+            if e.get(f"diff{key}"):  # same seeds, same v̂ snapshot in the prompts
+                paired = f"; θ − ρ {e[f'diff{key}'][-1]:+.3f} ± {e[f'diff_se{key}'][-1]:.3f} paired"
             print(
                 f"  {label}, seed {seed}: untrained θ {e[f'theta{key}'][0]:.3f} → trained θ "
                 f"{e[f'theta{key}'][-1]:.3f} (ρ {e[f'rho{key}'][-1]:.3f}); gain {gains[-1]:+.3f}"
+                + paired
             )
         if gains:
             spread = np.std(gains, ddof=1) if len(gains) > 1 else 0.0

@@ -16,6 +16,7 @@ from evosteer_core.policy.backbone import (
     load_policy,
     tiny_model_folder,
 )
+from evosteer_core.state import TrainState
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -34,7 +35,7 @@ def test_learning_curve_prints_curve_tilt_and_saves_plot(tmp_path: Path) -> None
         "scripts/learning_curve.py",
         *("--steps", "1", "--batch", "2", "--rollouts", "1", "--seeds", "5"),
         *("--eval-every", "1", "--eval-runs", "1", "--heldout", "1", "--threads", "2"),
-        *("--png", str(png), "--json", str(raw)),
+        *("--png", str(png), "--json", str(raw), "--save-state", str(tmp_path)),
     )
     assert "seed 5 step   1  train θ" in out and "anchor-only" in out
     assert "seed 5 step   0  held-out (T=1)" in out and "tilt AUC 0.500 gap +0.000" in out
@@ -44,6 +45,11 @@ def test_learning_curve_prints_curve_tilt_and_saves_plot(tmp_path: Path) -> None
     evals = json.loads(raw.read_text())["5"]["evals"]
     assert evals["step"] == [0, 1] and evals["tilt_auc"][0] == 0.5
     assert evals["is_gain"][0] == 0.0 and len(evals["is_se"]) == 2
+    assert "θ−ρ +0.000 ± 0.000" in out  # step 0: the paired episodes are identical
+    assert evals["diff"][0] == 0.0 and evals["diff_se"][0] == 0.0 and len(evals["diff"]) == 2
+    assert "paired" in out.split("mean reward (θ trained vs untrained)")[1]
+    state = TrainState.from_bytes((tmp_path / "state_seed5_step1.pt").read_bytes())
+    assert state.step == 1 and state.adapter
     assert png.stat().st_size > 10_000
 
 
