@@ -220,16 +220,28 @@ def main() -> None:
             + ", ".join(f"seed {seed} {g:+.3f} ± {se:.3f}" for seed, g, se in paired)
         )
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for seed, r in results.items():
-        e, c = r["evals"], r["curve"]
-        axes[0].plot(e["step"], e["theta"], marker="o", label=f"θ held-out (seed {seed})")
-        axes[0].plot(e["step"], e["rho"], ls="--", label=f"ρ held-out (seed {seed})")
+    for n, (seed, r) in enumerate(results.items()):
+        e, c, color = r["evals"], r["curve"], f"C{n % 10}"
+        axes[0].plot(e["step"], e["theta"], color=color, marker="o", label=f"θ (seed {seed})")
+        axes[0].plot(e["step"], e["rho"], color=color, ls="--", label=f"ρ (seed {seed})")
         if "theta_mode" in e:
             axes[0].plot(
-                e["step"], e["theta_mode"], marker="s", label=f"θ held-out, mode T (seed {seed})"
+                e["step"],
+                e["theta_mode"],
+                color=color,
+                ls=":",
+                marker="s",
+                label=f"θ at mode T (seed {seed})",
             )
-        axes[1].plot(c["step"], c["loss"], label=f"AnchorTB loss (seed {seed})")
-        axes[1].plot(c["step"], c["anchor"], ls=":", label=f"anchor-only level (seed {seed})")
+        axes[1].plot(c["step"], c["loss"], color=color, label=f"AnchorTB loss (seed {seed})")
+        axes[1].plot(
+            c["step"],
+            c["anchor"],
+            color=color,
+            ls=":",
+            alpha=0.6,
+            label=f"anchor-only level (seed {seed})",
+        )
     axes[0].set(title="Held-out reward (SIMULATED executor)", xlabel="step", ylabel="mean reward")
     axes[1].set(title="Loss vs anchor-only level", xlabel="step", ylabel="loss")
     for ax in axes:
