@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
+import pytest
 import torch
+from scipy.stats import ttest_rel
 from transformers import AutoModelForCausalLM
 
 from evosteer_core.policy.backbone import (
@@ -85,3 +90,21 @@ def test_pretrained_tiny_backbone_loads_as_a_policy_folder(tmp_path: Path) -> No
     assert not torch.equal(
         trained.get_input_embeddings().weight, fresh.get_input_embeddings().weight
     )
+
+
+def test_paired_difference_pairs_by_record_and_run_and_matches_a_paired_t_test() -> None:
+    spec = importlib.util.spec_from_file_location("lc", ROOT / "scripts" / "learning_curve.py")
+    lc = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(lc)
+    rng = np.random.default_rng(0)
+    keys = [(f"r{i}", k) for i in range(20) for k in range(3)]
+    r_t = rng.integers(0, 2, len(keys)).astype(float)
+    r_r = rng.integers(0, 2, len(keys)).astype(float)
+    theta = pd.DataFrame(keys, columns=["record_id", "rollout_index"]).assign(reward=r_t)
+    rho = pd.DataFrame(keys, columns=["record_id", "rollout_index"]).assign(reward=r_r)
+    diff, se = lc.paired_difference(theta, rho.sample(frac=1.0, random_state=1))
+    t = ttest_rel(r_t, r_r).statistic
+    assert diff == pytest.approx(float(np.mean(r_t - r_r)))
+    assert diff / se == pytest.approx(t)
+    with pytest.raises(ValueError, match="do not pair up"):
+        lc.paired_difference(theta, rho.iloc[1:])
