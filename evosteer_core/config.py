@@ -228,6 +228,18 @@ class AnchorsConfig:
 
 
 @dataclass(frozen=True)
+class RewardConfig:
+    """How the *training* reward reads answers (SPEC §1.10; docs/benchmarks.md).
+
+    ``yes_no_first_token``: against a yes/no gold, a QA reply whose first normalized token is
+    yes or no counts as that word ("Yes, both are American." = yes). Official SQuAD/HotpotQA
+    EM has no such leniency, so it is off by default and evaluation never applies it.
+    """
+
+    yes_no_first_token: bool = False
+
+
+@dataclass(frozen=True)
 class SkillsConfig:
     """Validated skill admission (SPEC §1.8): author windows, re-evaluation, alpha spending."""
 
@@ -290,6 +302,7 @@ class RunConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
     anchors: AnchorsConfig = field(default_factory=AnchorsConfig)
     skills: SkillsConfig = field(default_factory=SkillsConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     images: ImagesConfig = field(default_factory=ImagesConfig)
 

@@ -190,14 +190,15 @@ def rollout_plans(s: Session, batch: list[TaskRecord], step: int) -> list[Episod
 
 
 def _rollout_context(
-    s: Session, run_seed: int, step: int, menus: dict | None = None
+    s: Session, run_seed: int, step: int, menus: dict | None = None, *, evaluation: bool
 ) -> RolloutContext:
-    """The frozen context of a rollout batch: menus, v̂ snapshot, budgets, renderer."""
+    """The frozen context of a rollout batch: menus, v̂ snapshot, budgets, renderer, and the
+    reward: the official one for evaluation, the configured training reward otherwise."""
     return RolloutContext(
         catalogue=s.world.catalogue,
         limits=s.cfg.budget,
         executor=s.world.executor,
-        evaluator=s.world.evaluator,
+        evaluator=s.world.evaluator if evaluation else s.world.train_evaluator,
         menus=s.skills.menus() if menus is None else menus,
         value_head=s.value_head,
         run_seed=run_seed,
@@ -219,7 +220,8 @@ def rollout_stage(
         raise ValueError(f"shard {shard} is not in 0..{n_shards - 1}")
     batch = sample_batch(s.world.train_records, s.cfg.train.batch_size, s.cfg.train.seed, step)
     plans = rollout_plans(s, batch, step)[shard::n_shards]
-    return collect_rollouts(s.policy, plans, _rollout_context(s, s.cfg.train.seed, step))
+    ctx = _rollout_context(s, s.cfg.train.seed, step, evaluation=False)
+    return collect_rollouts(s.policy, plans, ctx)
 
 
 # --- stage 2: re-scoring ---------------------------------------------------------------------
@@ -513,7 +515,7 @@ def evaluation_rollouts(
     session's menus or the given ``menus``; θ and ρ runs of the same tag share every seed."""
     arm = "theta" if use_adapter else "rho"
     plans = [EpisodePlan(r, arm, k, evaluation=True) for r in records for k in range(runs)]
-    ctx = _rollout_context(s, derive_seed(s.cfg.train.seed, tag), 0, menus)
+    ctx = _rollout_context(s, derive_seed(s.cfg.train.seed, tag), 0, menus, evaluation=True)
     return collect_rollouts(s.policy, plans, ctx)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 from evosteer_core.benchmarks.loaders import load_benchmark
 from evosteer_core.benchmarks.rewards import evaluate
@@ -15,11 +16,16 @@ from evosteer_core.runtime import Evaluator
 
 @dataclass
 class World:
-    """Everything outside the learner: who executes nodes, how answers are scored, on what."""
+    """Everything outside the learner: who executes nodes, how answers are scored, on what.
+
+    ``evaluator`` is the official reward (evaluation, held-out scores); ``train_evaluator``
+    is the training reward, which adds the options of the config's ``reward`` section.
+    """
 
     catalogue: Catalogue
     executor: Executor
     evaluator: Evaluator
+    train_evaluator: Evaluator
     train_records: list[TaskRecord]
     heldout_records: list[TaskRecord]
 
@@ -75,6 +81,7 @@ def build_world(cfg: RunConfig) -> World:
         catalogue=default_catalogue(),
         executor=build_executor(cfg),
         evaluator=evaluate,
+        train_evaluator=partial(evaluate, yes_no_first_token=cfg.reward.yes_no_first_token),
         train_records=train,
         heldout_records=heldout,
     )

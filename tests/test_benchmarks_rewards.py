@@ -76,6 +76,55 @@ def test_f1_partial_for_qa_binary_otherwise() -> None:
     assert f1(MCQ, "Answer: C") == 1.0 and f1(MCQ, "Answer: B") == 0.0
 
 
+YES = TaskRecord("y", "hotpotqa", "hotpotqa", "Are both American?", "qa_em", answers=("yes",))
+LENIENT_REPLY = "Yes, both are American."
+
+
+def test_yes_no_first_token_is_an_opt_in_training_option() -> None:
+    assert evaluate(YES, LENIENT_REPLY) == 0.0  # official HotpotQA EM
+    assert evaluate(YES, LENIENT_REPLY, yes_no_first_token=True) == 1.0
+    assert evaluate(YES, "No, one is not.", yes_no_first_token=True) == 0.0
+    # reported F1 follows HotpotQA's script on HotpotQA records: no partial credit vs yes/no
+    assert f1(YES, LENIENT_REPLY) == 0.0
+    assert f1(YES, "answer: yes") == 1.0
+    squad_style = TaskRecord("n", "nq_open", "nq_open", "Q?", "qa_em", answers=("no way",))
+    assert f1(squad_style, "no") == pytest.approx(2 / 3)
+
+
+@pytest.mark.parametrize("lenient", [True, False])
+def test_evaluation_rollouts_never_use_the_training_leniency(monkeypatch, lenient) -> None:
+    """With ``reward.yes_no_first_token`` on, training rollouts score with it and evaluation
+    rollouts (the held-out and benchmark scores) still score with official EM."""
+    import torch
+
+    from evosteer_core import step
+    from evosteer_core.config import load_config
+
+    torch.set_num_threads(1)
+    cfg = load_config(
+        None,
+        overrides={
+            "reward.yes_no_first_token": lenient,
+            "train.batch_size": 6,
+            "sim.n_train_per_family": 1,
+            "sim.n_heldout_per_family": 1,
+        },
+    )
+    s = step.open_session(cfg, step.init_state(cfg))
+    contexts = {}
+
+    def capture(policy, plans, ctx):
+        contexts[plans[0].evaluation] = ctx
+        return None, None
+
+    monkeypatch.setattr(step, "collect_rollouts", capture)
+    step.rollout_stage(s, 1)
+    step.evaluation_rollouts(s, s.world.heldout_records[:1], use_adapter=True)
+    assert contexts[False].evaluator(YES, LENIENT_REPLY, None) == float(lenient)
+    assert contexts[True].evaluator(YES, LENIENT_REPLY, None) == 0.0
+    assert contexts[True].evaluator(YES, "answer: yes", None) == 1.0
+
+
 # ---------------------------------------------------------------- HumanEval (shipped data)
 
 HUMANEVAL = load_benchmark("humaneval")

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import random
+import re
+import string
+from collections import Counter
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -61,12 +65,94 @@ def test_token_f1_hand_computed() -> None:
 
 
 def test_yes_no_answers() -> None:
-    assert m.qa_exact_match("Yes, both are American.", ["yes"]) == 1.0
-    assert m.qa_exact_match("No.", ["yes"]) == 0.0
-    # a yes/no gold against a non-yes/no prediction (and vice versa) gets no partial F1
-    assert m.token_f1("yes they are", "no") == 0.0
-    assert m.token_f1("no", "no way") == 0.0
-    assert m.qa_f1("answer: yes", ["yes"]) == 1.0
+    # official EM: "Yes, both are American." is not the answer "yes" ...
+    assert m.qa_exact_match("Yes, both are American.", ["yes"]) == 0.0
+    # ... unless the training-only leniency is asked for
+    assert m.qa_exact_match("Yes, both are American.", ["yes"], yes_no_first_token=True) == 1.0
+    assert m.qa_exact_match("No.", ["yes"], yes_no_first_token=True) == 0.0
+    assert m.qa_exact_match("Yesterday.", ["yes"], yes_no_first_token=True) == 0.0
+    assert m.qa_exact_match("Yes, it is.", ["Paris"], yes_no_first_token=True) == 0.0
+    # SQuAD F1 gives partial credit; HotpotQA's rule gives none when either side is
+    # yes/no/noanswer and the two differ
+    assert m.token_f1("no", "no way") == pytest.approx(2 / 3)
+    assert m.token_f1("no", "no way", hotpotqa=True) == 0.0
+    assert m.token_f1("noanswer found", "noanswer", hotpotqa=True) == 0.0
+    assert m.token_f1("yes they are", "no", hotpotqa=True) == 0.0
+    assert m.token_f1("Yes!", "yes", hotpotqa=True) == 1.0
+    assert m.qa_f1("answer: yes", ["yes"], hotpotqa=True) == 1.0
+
+
+def test_squad_normalization_drops_ascii_symbols() -> None:
+    """``string.punctuation`` includes symbols ($ + < = > ^ ` | ~) that are not Unicode P*."""
+    assert m.qa_exact_match("answer: $5 million", ["5 million"]) == 1.0
+    assert m.normalize_squad("a+b=c <x> ^y` |z| ~w") == "abc x y z w"
+    assert m.token_f1("$5 million", "5 million") == 1.0
+
+
+# An independent statement of the official SQuAD v1.1 evaluation (and HotpotQA's F1) from
+# its published algorithm, used as the oracle for generated strings.
+_OFFICIAL_PUNCT = str.maketrans("", "", string.punctuation)
+
+
+def _official_normalize(s: str) -> str:
+    s = s.lower().translate(_OFFICIAL_PUNCT)
+    s = re.sub(r"\b(a|an|the)\b", " ", s)
+    return " ".join(s.split())
+
+
+def _official_em(prediction: str, truth: str) -> float:
+    return float(_official_normalize(prediction) == _official_normalize(truth))
+
+
+def _official_f1(prediction: str, truth: str, hotpotqa: bool = False) -> float:
+    p, t = _official_normalize(prediction), _official_normalize(truth)
+    special = ("yes", "no", "noanswer")
+    if hotpotqa and p != t and (p in special or t in special):
+        return 0.0
+    p_tok, t_tok = p.split(), t.split()
+    same = sum((Counter(p_tok) & Counter(t_tok)).values())
+    if same == 0:
+        return 0.0
+    precision, recall = same / len(p_tok), same / len(t_tok)
+    return 2 * precision * recall / (precision + recall)
+
+
+_PIECES = (
+    *string.punctuation,
+    *("a", "an", "the", "A", "An", "THE", "The", "theater", "another", "ant", "anthem"),
+    *("yes", "no", "Yes", "NO", "noanswer", "5", "$5", "million", "U.S.", "it's", "x-ray"),
+    *(" ", "  ", "\t", "\n", "\r\n", "\x0b", "\x0c"),
+)
+
+
+def _generated(rng: random.Random) -> str:
+    """A short string of words, articles (at every boundary), ASCII punctuation and mixed
+    whitespace, glued with or without separators."""
+    out = []
+    for _ in range(rng.randint(0, 9)):
+        out.append(rng.choice(_PIECES))
+        out.append(rng.choice(("", " ", "", "\t", rng.choice(string.punctuation))))
+    return "".join(out)
+
+
+def test_em_f1_equal_the_official_squad_algorithm_on_generated_ascii() -> None:
+    rng = random.Random(20261201)
+    pairs = []
+    for _ in range(4000):
+        gold = _generated(rng)
+        # predictions that share pieces with the gold make F1 non-trivial
+        pred = gold if rng.random() < 0.2 else _generated(rng) + rng.choice(("", gold[:5], gold))
+        pairs.append((pred, gold))
+    seen = set("".join(p + g for p, g in pairs))
+    assert set(string.punctuation) <= seen
+    assert sum(_official_em(p, g) for p, g in pairs) > 400  # matches happen, not only misses
+    for pred, gold in pairs:
+        assert m.normalize_squad(pred) == _official_normalize(pred), repr(pred)
+        assert m.exact_match(pred, [gold]) == _official_em(pred, gold), (pred, gold)
+        assert m.token_f1(pred, gold) == pytest.approx(_official_f1(pred, gold)), (pred, gold)
+        assert m.token_f1(pred, gold, hotpotqa=True) == pytest.approx(
+            _official_f1(pred, gold, hotpotqa=True)
+        ), (pred, gold)
 
 
 # ---------------------------------------------------------------- MCQ

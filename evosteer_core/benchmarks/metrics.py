@@ -9,6 +9,7 @@ to these on ``TaskRecord.metric``.
 from __future__ import annotations
 
 import re
+import string
 import unicodedata
 from collections import Counter
 from collections.abc import Sequence
@@ -35,41 +36,57 @@ def final_answer_text(reply: str) -> str:
 # ---------------------------------------------------------------- SQuAD EM / F1
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
+_ASCII_PUNCTUATION = frozenset(string.punctuation)
 _YES_NO = ("yes", "no")
+_HOTPOTQA_SPECIAL = ("yes", "no", "noanswer")
+
+
+def _is_punctuation(ch: str) -> bool:
+    """SQuAD's set (every character of ``string.punctuation``, symbols such as ``$ + < = >``
+    included) plus, as an extension beyond ASCII, every Unicode ``P*`` character."""
+    return ch in _ASCII_PUNCTUATION or unicodedata.category(ch).startswith("P")
 
 
 def normalize_squad(text: str) -> str:
-    """SQuAD answer normalization: lowercase, drop punctuation (any Unicode ``P*`` character),
-    drop the articles a/an/the, collapse whitespace."""
-    text = text.lower()
-    text = "".join(ch for ch in text if not unicodedata.category(ch).startswith("P"))
+    """SQuAD v1.1 answer normalization: lowercase, drop punctuation, drop the whole words
+    a/an/the, collapse whitespace. On ASCII text this is the official algorithm exactly;
+    non-ASCII punctuation (curly quotes, dashes) is also dropped (docs/benchmarks.md)."""
+    text = "".join(ch for ch in text.lower() if not _is_punctuation(ch))
     text = _ARTICLES.sub(" ", text)
     return " ".join(text.split())
 
 
-def _prediction_for(prediction: str, gold: str) -> str:
-    """Normalized prediction; against a yes/no gold a reply opening "Yes, ..." counts as yes."""
+def _prediction_for(prediction: str, gold: str, yes_no_first_token: bool) -> str:
+    """Normalized prediction; with ``yes_no_first_token`` (a training-reward option, never
+    used in evaluation) a reply opening "Yes, ..." counts as yes against a yes/no gold."""
     pred = normalize_squad(prediction)
-    if normalize_squad(gold) in _YES_NO:
+    if yes_no_first_token and normalize_squad(gold) in _YES_NO:
         first = pred.split(" ", 1)[0]
         if first in _YES_NO:
             return first
     return pred
 
 
-def exact_match(prediction: str, aliases: Sequence[str]) -> float:
-    """1.0 iff the normalized prediction equals some normalized alias."""
+def exact_match(
+    prediction: str, aliases: Sequence[str], *, yes_no_first_token: bool = False
+) -> float:
+    """1.0 iff the normalized prediction equals some normalized alias (official SQuAD and
+    HotpotQA EM unless ``yes_no_first_token``)."""
     return max(
-        (float(_prediction_for(prediction, g) == normalize_squad(g)) for g in aliases),
+        (
+            float(_prediction_for(prediction, g, yes_no_first_token) == normalize_squad(g))
+            for g in aliases
+        ),
         default=0.0,
     )
 
 
-def token_f1(prediction: str, gold: str) -> float:
-    """Multiset token-overlap F1 of normalized texts (HotpotQA rule: a yes/no answer on
-    either side scores 0 unless both are the same word)."""
-    pred, ref = _prediction_for(prediction, gold), normalize_squad(gold)
-    if (pred in _YES_NO or ref in _YES_NO) and pred != ref:
+def token_f1(prediction: str, gold: str, *, hotpotqa: bool = False) -> float:
+    """Multiset token-overlap F1 of normalized texts, as SQuAD v1.1 computes it (no common
+    token, empty sides included, gives 0). ``hotpotqa`` adds HotpotQA's rule: when either
+    side normalizes to yes, no or noanswer, F1 is 0 unless both sides are equal."""
+    pred, ref = normalize_squad(prediction), normalize_squad(gold)
+    if hotpotqa and (pred in _HOTPOTQA_SPECIAL or ref in _HOTPOTQA_SPECIAL) and pred != ref:
         return 0.0
     pred_tokens, ref_tokens = pred.split(), ref.split()
     common = sum((Counter(pred_tokens) & Counter(ref_tokens)).values())
@@ -79,19 +96,21 @@ def token_f1(prediction: str, gold: str) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
-def max_f1(prediction: str, aliases: Sequence[str]) -> float:
+def max_f1(prediction: str, aliases: Sequence[str], *, hotpotqa: bool = False) -> float:
     """Token F1 against the best-matching alias."""
-    return max((token_f1(prediction, g) for g in aliases), default=0.0)
+    return max((token_f1(prediction, g, hotpotqa=hotpotqa) for g in aliases), default=0.0)
 
 
-def qa_exact_match(reply: str, aliases: Sequence[str]) -> float:
+def qa_exact_match(
+    reply: str, aliases: Sequence[str], *, yes_no_first_token: bool = False
+) -> float:
     """QA reward: EM of the extracted final answer, max over aliases."""
-    return exact_match(final_answer_text(reply), aliases)
+    return exact_match(final_answer_text(reply), aliases, yes_no_first_token=yes_no_first_token)
 
 
-def qa_f1(reply: str, aliases: Sequence[str]) -> float:
+def qa_f1(reply: str, aliases: Sequence[str], *, hotpotqa: bool = False) -> float:
     """QA F1 (reported, not trained on) of the extracted final answer, max over aliases."""
-    return max_f1(final_answer_text(reply), aliases)
+    return max_f1(final_answer_text(reply), aliases, hotpotqa=hotpotqa)
 
 
 # ---------------------------------------------------------------- multiple choice

@@ -20,10 +20,16 @@ def _program(record: TaskRecord, answer_text: str) -> str:
 
 
 def evaluate(
-    record: TaskRecord, answer_text: str | None, environment: Environment | None = None
+    record: TaskRecord,
+    answer_text: str | None,
+    environment: Environment | None = None,
+    *,
+    yes_no_first_token: bool = False,
 ) -> float:
     """The reward of ``answer_text`` (the output node's text; None when it stated nothing).
 
+    ``yes_no_first_token`` is the training-only QA leniency of ``reward.yes_no_first_token``
+    (docs/benchmarks.md); evaluation always scores with the official rule (False).
     Raises ``ValueError`` for an interactive record without its environment: such a reward
     cannot be computed from text, and scoring it 0 would hide a wiring error.
     """
@@ -38,7 +44,9 @@ def evaluate(
     if answer_text is None or not answer_text.strip():
         return 0.0
     if record.metric == "qa_em":
-        return metrics.qa_exact_match(answer_text, record.answers)
+        return metrics.qa_exact_match(
+            answer_text, record.answers, yes_no_first_token=yes_no_first_token
+        )
     if record.metric == "mcq":
         return metrics.mcq_correct(answer_text, record.choices, record.answers[0])
     if record.metric == "aime":
@@ -54,10 +62,11 @@ def evaluate(
 def f1(
     record: TaskRecord, answer_text: str | None, environment: Environment | None = None
 ) -> float:
-    """Answer F1 for reporting: token F1 (max over aliases) for QA records; metrics without
-    partial credit report their 0/1 reward."""
+    """Answer F1 for reporting: token F1 (max over aliases) for QA records, with HotpotQA's
+    yes/no/noanswer rule on HotpotQA records; metrics without partial credit report their 0/1
+    reward."""
     if record.metric != "qa_em":
         return evaluate(record, answer_text, environment)
     if answer_text is None:
         return 0.0
-    return metrics.qa_f1(answer_text, record.answers)
+    return metrics.qa_f1(answer_text, record.answers, hotpotqa=record.source == "hotpotqa")
