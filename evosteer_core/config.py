@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 import yaml
 
+from evosteer_core.artifacts import ArtifactRef
 from evosteer_core.budget import BudgetLimits
 from evosteer_core.configio import (
     ConfigError,
@@ -38,10 +39,56 @@ def _check(ok: bool, message: str) -> None:
 
 
 @dataclass(frozen=True)
+class RetrieverConfig:
+    """The ``openai`` executor's search tool (docs/executors.md): ``bm25`` over a JSONL corpus
+    (a file ``corpus`` or a store object ``corpus_ref``, one ``{id_field, text_field}`` object
+    a line) or an ``http`` retrieval service at ``url``."""
+
+    kind: Literal["bm25", "http"]
+    corpus: str | None = None
+    corpus_ref: ArtifactRef | None = None
+    id_field: str = "doc_id"
+    text_field: str = "text"
+    url: str | None = None
+    timeout_s: float = 10.0
+
+    def __post_init__(self) -> None:
+        has_corpus = self.corpus is not None or self.corpus_ref is not None
+        if self.kind == "bm25":
+            _check(
+                (self.corpus is None) != (self.corpus_ref is None),
+                "corpus: kind 'bm25' needs exactly one of corpus (a JSONL file) and corpus_ref "
+                "(a store object {uri, sha256})",
+            )
+            _check(self.url is None, "url: only kind 'http' takes a url")
+        else:
+            _check(
+                self.url is not None and self.url.startswith(("http://", "https://")),
+                f"url: kind 'http' needs an http(s):// url, got {self.url!r}",
+            )
+            _check(not has_corpus, "corpus: kind 'http' takes no corpus (the service has it)")
+        _check(self.timeout_s > 0, f"timeout_s: must be > 0, got {self.timeout_s}")
+
+
+@dataclass(frozen=True)
+class SandboxConfig:
+    """The python sandbox of code rewards and of the python tool (docs/executors.md).
+
+    ``allow_weak_sandbox``: where the host cannot give namespaces (not root, ``unshare``
+    refused), run untrusted code with the weaker sandbox (a logged warning; every result
+    reports the protections in force) instead of refusing to run it.
+    """
+
+    allow_weak_sandbox: bool = False
+
+
+@dataclass(frozen=True)
 class ExecutorConfig:
     """Which executor runs the agent nodes: the seeded simulator or an OpenAI-compatible server.
 
     ``api_key_env`` names the environment variable holding the API key (never the key itself).
+    ``retriever`` (the search tool) and ``environment`` (the interactive family's environment
+    factory) are the ``openai`` executor's; the simulator brings its own.
     """
 
     kind: Literal["sim", "openai"] = "sim"
@@ -52,11 +99,23 @@ class ExecutorConfig:
     retries: int = 3
     backoff_s: float = 1.0
     temperature: float = 0.3
+    retriever: RetrieverConfig | None = None
+    environment: Literal["textworld"] | None = None
+    sandbox: SandboxConfig = field(default_factory=SandboxConfig)
 
     def __post_init__(self) -> None:
         if self.kind == "openai":
             _check(self.base_url is not None, "base_url: required when kind is 'openai'")
             _check(self.model is not None, "model: required when kind is 'openai'")
+        else:
+            _check(
+                self.retriever is None,
+                "retriever: only kind 'openai' uses one (the sim simulates search)",
+            )
+            _check(
+                self.environment is None,
+                "environment: only kind 'openai' uses one (the sim has its own environment)",
+            )
         _check(self.timeout_s > 0, f"timeout_s: must be > 0, got {self.timeout_s}")
         _check(self.retries >= 0, f"retries: must be >= 0, got {self.retries}")
         _check(self.temperature >= 0, f"temperature: must be >= 0, got {self.temperature}")

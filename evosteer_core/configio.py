@@ -113,8 +113,8 @@ def _convert(tp: Any, value: Any, path: str, source: str) -> Any:
             try:
                 return _convert(cand, value, path, source)
             except ConfigError as exc:
-                if len(candidates) == 1 and exc.path != path:
-                    raise  # the error lies deeper (e.g. inside an optional section)
+                if len(candidates) == 1 and (exc.path != path or dataclasses.is_dataclass(cand)):
+                    raise  # the error lies deeper, or is an optional section's own check
         raise fail()
     if tp is bool:
         if isinstance(value, bool):

@@ -7,6 +7,7 @@ folder. Only a folder carrying its completion mark counts as present.
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -39,3 +40,9 @@ def publish_folder(target: Path, mark: str, mark_text: str, fill: Callable[[Path
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return target
+
+
+def cache_root() -> Path:
+    """``$EVOSTEER_CACHE``, else ``~/.cache/evosteer``: where converted models and generated
+    games are kept."""
+    return Path(os.environ.get("EVOSTEER_CACHE", Path.home() / ".cache" / "evosteer"))

@@ -2,16 +2,26 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING
 
+from evosteer_core.artifacts import open_store
 from evosteer_core.benchmarks.loaders import load_benchmark
 from evosteer_core.benchmarks.rewards import evaluate
-from evosteer_core.config import BenchmarkSlice, RunConfig
+from evosteer_core.config import BenchmarkSlice, RetrieverConfig, RunConfig, StoreConfig
 from evosteer_core.executors.base import Executor
 from evosteer_core.records import TaskRecord
 from evosteer_core.roles import Catalogue, default_catalogue
 from evosteer_core.runtime import Evaluator
+from evosteer_core.tools import sandbox
+
+if TYPE_CHECKING:
+    from evosteer_core.executors.openai import EnvironmentFactory
+    from evosteer_core.tools.search import Retriever
 
 
 @dataclass
@@ -30,6 +40,43 @@ class World:
     heldout_records: list[TaskRecord]
 
 
+def build_retriever(rc: RetrieverConfig, store: StoreConfig) -> Retriever:
+    """The search tool's retriever: BM25 over the corpus file or store object (indexed now,
+    so a bad corpus fails here), or the HTTP service."""
+    from evosteer_core.tools.search import BM25Retriever, HTTPRetriever
+
+    if rc.kind == "http":
+        assert rc.url is not None  # RetrieverConfig checked it
+        return HTTPRetriever(rc.url, timeout_s=rc.timeout_s)
+    if rc.corpus is not None:
+        key, path = "executor.retriever.corpus", Path(rc.corpus)
+        try:
+            return BM25Retriever.from_jsonl(path, rc.id_field, rc.text_field)
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"{key}: cannot index {path} as a JSONL corpus: {exc}") from exc
+    assert rc.corpus_ref is not None  # RetrieverConfig checked it
+    key = "executor.retriever.corpus_ref"
+    with tempfile.TemporaryDirectory(prefix="evosteer-corpus-") as tmp:
+        path = Path(tmp) / "corpus.jsonl"
+        try:
+            open_store(store.root, store.s3_endpoint).get_file(rc.corpus_ref, path)
+            return BM25Retriever.from_jsonl(path, rc.id_field, rc.text_field)
+        except (LookupError, OSError, ValueError, RuntimeError) as exc:
+            raise ValueError(
+                f"{key}: cannot index {rc.corpus_ref.uri} (sha256 {rc.corpus_ref.sha256[:12]}…) "
+                f"from store {store.root} as a JSONL corpus: {exc}"
+            ) from exc
+
+
+def build_environment_factory(name: str | None) -> EnvironmentFactory | None:
+    """The interactive family's environment factory named by ``executor.environment``."""
+    if name is None:
+        return None
+    from evosteer_core.executors.textworld_env import TextWorldFactory
+
+    return TextWorldFactory()
+
+
 def build_executor(cfg: RunConfig) -> Executor:
     """The configured executor backend (``sim`` is labelled simulated wherever shown)."""
     ex = cfg.executor
@@ -42,14 +89,65 @@ def build_executor(cfg: RunConfig) -> Executor:
 
     if not ex.base_url or not ex.model:
         raise ValueError("executor.kind 'openai' needs executor.base_url and executor.model")
+    api_key = None
+    if ex.api_key_env is not None:
+        api_key = os.environ.get(ex.api_key_env)
+        if not api_key:
+            raise ValueError(
+                f"executor.api_key_env: the environment variable {ex.api_key_env!r} is not set"
+            )
     return OpenAIExecutor(
         base_url=ex.base_url,
         model=ex.model,
+        api_key=api_key,
         timeout_s=ex.timeout_s,
         max_retries=ex.retries,
         backoff_s=ex.backoff_s,
         temperature=ex.temperature,
+        retriever=None if ex.retriever is None else build_retriever(ex.retriever, cfg.store),
+        environment_factory=build_environment_factory(ex.environment),
     )
+
+
+def check_executor_support(
+    cfg: RunConfig, catalogue: Catalogue, executor: Executor, records: list[TaskRecord]
+) -> None:
+    """Fail before any rollout when a record's family needs what the ``openai`` executor was
+    not given: the search tool (a family where an offered role may search) needs
+    ``executor.retriever``, an interactive family needs an ``executor.environment`` that can
+    run each of its records. The simulator brings both."""
+    if cfg.executor.kind != "openai":
+        return
+    seen: set[str] = set()
+    for record in records:
+        family = record.family
+        if family not in seen:
+            seen.add(family)
+            roles = catalogue.roles_for(family)
+            searches = any("search" in catalogue.tools_for(r.role_id, family) for r in roles)
+            if searches and cfg.executor.retriever is None:
+                raise ValueError(
+                    f"executor.retriever: family {family!r} (record {record.record_id!r}) uses "
+                    "the search tool and no retriever is configured; set executor.retriever "
+                    "({kind: bm25, corpus: FILE.jsonl} or corpus_ref, or {kind: http, url: URL})"
+                )
+        if not catalogue.family(family).interactive:
+            continue
+        factory = getattr(executor, "environment_factory", None)
+        harness = record.meta.get("harness", record.source)
+        if factory is None:
+            raise ValueError(
+                f"executor.environment: record {record.record_id!r} is interactive "
+                f"({harness}) and no environment is configured; set executor.environment "
+                "(available: textworld)"
+            )
+        try:
+            factory.check(record)
+        except ValueError as exc:
+            raise ValueError(
+                f"executor.environment: {cfg.executor.environment!r} cannot run record "
+                f"{record.record_id!r}: {exc}"
+            ) from None
 
 
 def load_slices(slices: tuple[BenchmarkSlice, ...]) -> list[TaskRecord]:
@@ -65,7 +163,7 @@ def load_slices(slices: tuple[BenchmarkSlice, ...]) -> list[TaskRecord]:
 def build_world(cfg: RunConfig) -> World:
     """Records from the synthetic suite (its split seeds keep train/held-out apart) or from
     benchmark slices (``data.source: benchmarks``); the configured executor and the reward of
-    ``benchmarks.rewards``."""
+    ``benchmarks.rewards``. Applies the sandbox policy (``executor.sandbox``) process-wide."""
     if cfg.data.source == "sim":
         from evosteer_core.sim.suite import make_sim_suite
 
@@ -77,9 +175,12 @@ def build_world(cfg: RunConfig) -> World:
         overlap = {r.record_id for r in train} & {r.record_id for r in heldout}
         if overlap:
             raise ValueError(f"data: train and heldout slices overlap in {sorted(overlap)[:3]}")
+    sandbox.configure(allow_weak_sandbox=cfg.executor.sandbox.allow_weak_sandbox)
+    catalogue, executor = default_catalogue(), build_executor(cfg)
+    check_executor_support(cfg, catalogue, executor, train + heldout)
     return World(
-        catalogue=default_catalogue(),
-        executor=build_executor(cfg),
+        catalogue=catalogue,
+        executor=executor,
         evaluator=evaluate,
         train_evaluator=partial(evaluate, yes_no_first_token=cfg.reward.yes_no_first_token),
         train_records=train,

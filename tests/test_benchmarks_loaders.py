@@ -204,6 +204,7 @@ def test_empty_file_is_an_error(tmp_path: Path) -> None:
             "field 'FAIL_TO_PASS': expected a list",
         ),
         ("alfworld", "alfworld_task_type", 1, "field 'task_type': expected one of"),
+        ("textworld", "textworld_rooms", 2, "field 'rooms': expected an integer in .1, 50.; got 0"),
         ("webshop", "not_an_object", 1, "expected a JSON object, got list"),
     ],
 )

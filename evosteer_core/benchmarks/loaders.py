@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ast
 import builtins
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from evosteer_core.answers import last_boxed
@@ -19,6 +19,7 @@ from evosteer_core.benchmarks.humaneval import HUMANEVAL_FILE, humaneval_record
 from evosteer_core.benchmarks.rows import BenchmarkDataError, Row, RowError, read_jsonl
 from evosteer_core.benchmarks.schema import CHOICE_LETTERS, records_to_frame
 from evosteer_core.benchmarks.taskmap import family_of
+from evosteer_core.benchmarks.textworld_suite import suite_rows, textworld_record
 from evosteer_core.records import TaskRecord
 from evosteer_core.seeding import numpy_rng
 
@@ -371,11 +372,15 @@ CONVERTERS: dict[str, Callable[[Row], TaskRecord]] = {
     "webshop": webshop_record,
     "medxpertqa": medxpertqa_record,
     "humaneval": humaneval_record,
+    "textworld": textworld_record,
 }
 """Benchmark name → row converter."""
 
 DEFAULT_FILES: dict[str, Path] = {"humaneval": HUMANEVAL_FILE}
 """Benchmarks whose data ships with an installed package (loadable without a path)."""
+
+GENERATED: dict[str, Callable[[], Iterator[Row]]] = {"textworld": suite_rows}
+"""Benchmarks with a built-in generated suite (its rows are used when no path is given)."""
 
 
 def load_benchmark(
@@ -383,21 +388,26 @@ def load_benchmark(
 ) -> list[TaskRecord]:
     """Load the first ``limit`` (all when None) rows of a benchmark's JSONL file as records.
 
-    ``path`` may be omitted for benchmarks in :data:`DEFAULT_FILES`. The result is checked
-    against the task-table schema; ids must be unique within the file.
+    ``path`` may be omitted for benchmarks in :data:`DEFAULT_FILES` and :data:`GENERATED`
+    (the built-in suite). The result is checked against the task-table schema; ids must be
+    unique within the file.
     """
     if name not in CONVERTERS:
         raise KeyError(f"unknown benchmark {name!r}; known: {sorted(CONVERTERS)}")
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise ValueError(f"load_benchmark: limit must be a positive integer or None, got {limit!r}")
-    if path is None:
+    if path is None and name in GENERATED:
+        rows = GENERATED[name]()
+    elif path is None:
         if name not in DEFAULT_FILES:
             raise ValueError(f"load_benchmark: benchmark {name!r} needs a path to its JSONL file")
-        path = DEFAULT_FILES[name]
+        rows = read_jsonl(DEFAULT_FILES[name])
+    else:
+        rows = read_jsonl(path)
     convert = CONVERTERS[name]
     records: list[TaskRecord] = []
     first_line: dict[str, int] = {}
-    for row in read_jsonl(path):
+    for row in rows:
         if limit is not None and len(records) == limit:
             break
         try:

@@ -22,6 +22,7 @@ BENCHMARK_FAMILY: dict[str, str] = {
     "webshop": "alfworld",
     "medxpertqa": "medqa",
     "humaneval": "mbpp_plus",
+    "textworld": "alfworld",
 }
 """Every known benchmark name → the IID task type whose family it is run as."""
 
