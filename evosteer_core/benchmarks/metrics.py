@@ -18,7 +18,7 @@ from fractions import Fraction
 from evosteer_core.answers import cued_span, largest_code_block, last_boxed
 from evosteer_core.benchmarks.schema import CHOICE_LETTERS
 from evosteer_core.executors.base import Environment
-from evosteer_core.tools.sandbox import run_python, run_tests
+from evosteer_core.tools.sandbox import run_tests
 
 # ---------------------------------------------------------------- final-answer extraction
 
@@ -325,21 +325,17 @@ def complete_from_prompt(prompt_code: str, program: str, entry_point: str) -> st
     return prompt_code + program
 
 
-def _defines_check(tests: str) -> bool:
-    return re.search(r"^def\s+check\s*\(", tests, re.M) is not None
-
-
 def code_passes(program: str, tests: str, entry_point: str, **limits: object) -> float:
-    """pass@1 of one program: 1.0 iff every hidden test passes in the sandbox.
+    """pass@1 of one program: 1.0 iff every hidden test ran and passed in the sandbox.
 
-    HumanEval-style tests define ``check(candidate)`` and run through ``run_tests``; script
-    tests (MBPP+: asserts at top level) run after the program as one script.
+    ``tools.sandbox.run_tests`` runs HumanEval-style tests (``check(candidate)``) and script
+    tests (MBPP+: asserts at top level) in a separate process from the program, and counts a
+    pass only when the tests process proves it reached the end (docs/executors.md, "Code
+    reward"); an early exit, a signal or a tampered comparison is a fail.
     """
     if not program.strip():
         return 0.0
-    if _defines_check(tests):
-        return float(run_tests(program, tests, entry_point, **limits).ok)
-    return float(run_python(f"{program}\n\n{tests}\n", **limits).ok)  # type: ignore[arg-type]
+    return float(run_tests(program, tests, entry_point, **limits).tests_passed is True)
 
 
 # ---------------------------------------------------------------- interactive

@@ -1,28 +1,32 @@
-"""Python sandbox: run untrusted model-written code in a limited subprocess (SPEC §1.3).
+"""Python sandbox: run untrusted model-written code in a contained subprocess (SPEC §1.3).
 
-Mechanism (details and limits in docs/executors.md):
+Mechanism (details, the escape table and the limits in docs/executors.md):
 
-- a fresh temporary working directory, removed afterwards; the program is ``main.py`` there,
-  run with ``python -I`` (isolated mode: no user site, no ``PYTHON*`` variables) and a
-  minimal environment;
-- resource limits set in the child before ``exec``: ``RLIMIT_CPU`` (SIGXCPU, then SIGKILL one
-  second later), ``RLIMIT_AS`` (address space), ``RLIMIT_FSIZE`` (largest file written,
-  stdout/stderr included) and, when privileges are dropped, ``RLIMIT_NPROC``;
-- a wall-clock timeout that kills the whole process group (the child starts a new session);
-- a new, empty network namespace (``unshare(CLONE_NEWNET)``) where the OS allows it; whether
-  it was applied is reported per run;
-- when the caller is root, the child drops to an unprivileged uid/gid (default 65534,
-  ``nobody``) with no supplementary groups, so root-owned files of mode 0600 (gold answers)
-  cannot be read.
+- a trusted launcher (``sandbox_launcher.py``, run as root) puts the run into new mount,
+  PID, network, IPC and UTS namespaces; the run's init (PID 1 there) builds a read-only root
+  holding only the interpreter, its standard library and shared libraries, ``/dev/null`` and
+  friends, and the run's private, writable ``/tmp`` (a fresh folder, removed afterwards);
+- every process of the run has a per-run uid (no supplementary groups, ``no_new_privs``) and
+  resource limits: ``RLIMIT_CPU``, ``RLIMIT_AS``, ``RLIMIT_FSIZE``, ``RLIMIT_NPROC``;
+- a wall-clock timeout; when the run's main process ends (or the wall time is up) init
+  exits, and the kernel kills every process left in the PID namespace before we return;
+- code rewards (``run_tests``) run the program and the hidden tests in two processes with
+  different uids (``sandbox_harness.py``): the tests prove they finished by writing a per-run
+  random sentinel that the program never sees.
+
+Where the host cannot give namespaces (not root, or ``unshare`` refused) nothing runs unless
+the caller accepted a weaker sandbox (``configure(allow_weak_sandbox=True)``, config key
+``executor.sandbox.allow_weak_sandbox``); each result says which protections were in force.
 """
 
 from __future__ import annotations
 
-import ctypes
 import errno
+import json
+import logging
 import os
 import re
-import resource
+import secrets
 import shutil
 import signal
 import stat
@@ -30,20 +34,40 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
+from functools import lru_cache
 from pathlib import Path
 
-CLONE_NEWNET = 0x40000000
-"""Linux ``sched.h`` flag for a new network namespace (``os.unshare`` exists only from 3.12)."""
+log = logging.getLogger(__name__)
 
-UNPRIVILEGED_ID = 65534
-"""uid/gid of ``nobody``: what the child runs as when the caller is root."""
+UID_BASE = 1_500_000_000
+"""Per-run uids are drawn from ``[UID_BASE, UID_BASE + UID_SPAN)``, a range no host user has."""
+UID_SPAN = 1 << 20
 
-_LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
+_LAUNCHER = Path(__file__).with_name("sandbox_launcher.py")
+_HARNESS = Path(__file__).with_name("sandbox_harness.py")
+_DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
+_MASKED = ("site-packages", "dist-packages")
+_TESTS_PROCESS_NPROC = 4
+_BACKSTOP_S = 30.0
+_DEFINES_CHECK = re.compile(r"^def\s+check\s*\(", re.M)
 
 _MEMORY_ERROR = re.compile(r"^(MemoryError|numpy\.core\._exceptions\._ArrayMemoryError)\b", re.M)
 _FILE_SIZE_ERROR = re.compile(r"\[Errno 27\]|File too large")
+
+_settings = {"allow_weak_sandbox": False}
+_strict_failure: list[str] = []
+_warned: set[str] = set()
+
+
+class SandboxUnavailableError(RuntimeError):
+    """The host cannot isolate untrusted code and no weaker sandbox was accepted."""
+
+
+def configure(*, allow_weak_sandbox: bool) -> None:
+    """Process-wide policy (``executor.sandbox.allow_weak_sandbox``): whether runs may go
+    ahead without namespaces when the host cannot give them."""
+    _settings["allow_weak_sandbox"] = bool(allow_weak_sandbox)
 
 
 @dataclass(frozen=True)
@@ -51,8 +75,11 @@ class SandboxResult:
     """One sandboxed run. ``stdout`` keeps the head, ``stderr`` the tail, each ≤ ``max_chars``.
 
     ``killed_reason`` names the limit that stopped the program (``cpu``, ``wall``, ``memory``,
-    ``file_size``) or is None. ``network_isolated`` and ``privileges_dropped`` say which of the
-    OS-dependent protections were in force.
+    ``file_size``) or is None. The four booleans say which protections were in force:
+    ``filesystem_isolated`` (private read-only view), ``processes_contained`` (every process
+    of the run killed at its end), ``network_isolated``, ``privileges_dropped`` (per-run
+    uid). ``tests_passed`` is set by ``run_tests`` only: the tests process wrote this run's
+    sentinel after every test ran and passed.
     """
 
     stdout: str
@@ -62,12 +89,26 @@ class SandboxResult:
     killed_reason: str | None
     network_isolated: bool
     privileges_dropped: bool
+    filesystem_isolated: bool
+    processes_contained: bool
     wall_s: float
+    tests_passed: bool | None = None
 
     @property
     def ok(self) -> bool:
-        """The program ran to completion and exited 0."""
-        return self.returncode == 0 and not self.timed_out and self.killed_reason is None
+        """The program ran to completion, exited 0 and (for tests) every test passed."""
+        ran = self.returncode == 0 and not self.timed_out and self.killed_reason is None
+        return ran and self.tests_passed is not False
+
+    @property
+    def weak(self) -> bool:
+        """Some protection of the full sandbox was not in force for this run."""
+        return not (
+            self.filesystem_isolated
+            and self.processes_contained
+            and self.network_isolated
+            and self.privileges_dropped
+        )
 
 
 @dataclass(frozen=True)
@@ -120,9 +161,9 @@ def _others_can_execute(path: Path) -> bool:
         return False
 
 
-def default_interpreter(drop_privileges: bool) -> str:
-    """The Python the child runs: this interpreter, or (when dropping to ``nobody`` and this
-    one sits in a directory ``nobody`` cannot enter) the first world-executable ``python3``."""
+def weak_interpreter(drop_privileges: bool) -> str:
+    """The Python of a weak-sandbox run: this one, or (when dropping to a per-run uid and this
+    one sits in a folder other users cannot enter) the first world-executable ``python3``."""
     own = Path(sys.executable)
     if not drop_privileges or _others_can_execute(own):
         return str(own)
@@ -131,33 +172,58 @@ def default_interpreter(drop_privileges: bool) -> str:
         if found and _others_can_execute(Path(found)):
             return found
     raise RuntimeError(
-        f"sandbox: {own} is not executable by uid {UNPRIVILEGED_ID} and no world-executable "
+        f"sandbox: {own} is not executable by other users and no world-executable "
         "python3 was found in /usr/local/bin, /usr/bin or /bin; pass interpreter=..."
     )
 
 
-def _make_preexec(
-    cpu_s: float, memory_mb: int, file_mb: int, max_processes: int, drop: bool, report_fd: int
-) -> Callable[[], None]:
-    """The function the child runs between fork and exec (only async-signal-tolerant calls)."""
-    cpu = max(1, int(cpu_s + 0.999))
+@dataclass(frozen=True)
+class _View:
+    """What the sandbox's root shows of the host: ``binds`` (source, path, is_dir), all
+    read-only, and the package folders inside them hidden under empty ``masks``."""
 
-    def preexec() -> None:
-        isolated = b"0"
-        if _LIBC is not None and _LIBC.unshare(CLONE_NEWNET) == 0:
-            isolated = b"1"
-        os.write(report_fd, isolated)
-        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
-        resource.setrlimit(resource.RLIMIT_AS, (memory_mb << 20, memory_mb << 20))
-        resource.setrlimit(resource.RLIMIT_FSIZE, (file_mb << 20, file_mb << 20))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        if drop:
-            resource.setrlimit(resource.RLIMIT_NPROC, (max_processes, max_processes))
-            os.setgroups([])
-            os.setgid(UNPRIVILEGED_ID)
-            os.setuid(UNPRIVILEGED_ID)
+    python: str
+    binds: tuple[tuple[str, str, bool], ...]
+    masks: tuple[str, ...]
 
-    return preexec
+
+_LDD_PATH = re.compile(r"(?:=>\s*)?(/\S+)\s+\(0x[0-9a-f]+\)")
+
+
+@lru_cache(maxsize=8)
+def _python_view(interpreter: str) -> _View:
+    """The minimal filesystem view that runs ``interpreter``: its binary, the folders of its
+    ``sys.path`` without site (standard library, ``lib-dynload``), and every shared library
+    the binary and its extension modules load (from ``ldd``). Computed once per process."""
+    python = os.path.realpath(interpreter)
+    probe = "import sys; print('\\n'.join(p for p in sys.path if p))"
+    found = subprocess.run(
+        [python, "-I", "-S", "-c", probe], capture_output=True, text=True, check=True
+    ).stdout.split("\n")
+    folders: list[str] = []
+    for entry in sorted({os.path.realpath(p) for p in found if p and os.path.isdir(p)}):
+        if not any(entry.startswith(f + "/") for f in folders):
+            folders.append(entry)
+    binaries = [python]
+    for folder in folders:
+        for top, dirs, names in os.walk(folder):
+            dirs[:] = sorted(d for d in dirs if d not in _MASKED)
+            binaries += [os.path.join(top, n) for n in sorted(names) if n.endswith(".so")]
+    ldd = subprocess.run(["ldd", *binaries], capture_output=True, text=True).stdout
+    libraries = {m.group(1) for m in _LDD_PATH.finditer(ldd)} - set(binaries)
+    inside = [lib for lib in libraries if any(lib.startswith(f + "/") for f in folders)]
+    files = {python, *(libraries - set(inside))}
+    if os.path.exists("/etc/ld.so.cache"):
+        files.add("/etc/ld.so.cache")
+    binds = [(f, f, True) for f in folders]
+    binds += [(os.path.realpath(f), f, False) for f in sorted(files) if os.path.exists(f)]
+    masks = tuple(
+        os.path.join(folder, name)
+        for folder in folders
+        for name in _MASKED
+        if os.path.isdir(os.path.join(folder, name))
+    )
+    return _View(python, tuple(binds), masks)
 
 
 def _killed_reason(returncode: int, stderr_tail: str, wall_killed: bool) -> str | None:
@@ -177,6 +243,67 @@ def _killed_reason(returncode: int, stderr_tail: str, wall_killed: bool) -> str 
     return None
 
 
+@dataclass(frozen=True)
+class _Proc:
+    """One process of a run: its role, its arguments after the interpreter, the fds it gets
+    (``(fd, name)``: name of an fd the parent opened) and whether it runs as the tests uid."""
+
+    role: str
+    args: tuple[str, ...]
+    fds: tuple[tuple[int, str], ...]
+    tests_uid: bool = False
+
+
+@dataclass(frozen=True)
+class _Limits:
+    cpu_s: float
+    wall_s: float
+    memory_mb: int
+    file_mb: int
+    max_processes: int
+    max_chars: int
+
+    def __post_init__(self) -> None:
+        if min(self.cpu_s, self.wall_s, self.memory_mb, self.file_mb, self.max_chars) <= 0:
+            raise ValueError(
+                "sandbox limits must be > 0: "
+                f"cpu_s={self.cpu_s}, wall_s={self.wall_s}, memory_mb={self.memory_mb}, "
+                f"file_mb={self.file_mb}, max_chars={self.max_chars}"
+            )
+        if self.max_processes < 1:
+            raise ValueError(f"sandbox: max_processes must be >= 1, got {self.max_processes}")
+
+
+def _host_cannot_isolate() -> str | None:
+    """Why this host cannot give the full sandbox, or None when it can (as far as known)."""
+    if os.geteuid() != 0:
+        return f"namespaces and per-run uids need root (running as uid {os.geteuid()})"
+    return _strict_failure[0] if _strict_failure else None
+
+
+def _mode(allow_weak: bool | None) -> str:
+    """``strict``, or ``weak`` when the host cannot isolate and the caller accepted it."""
+    reason = _host_cannot_isolate()
+    if reason is None:
+        return "strict"
+    accepted = _settings["allow_weak_sandbox"] if allow_weak is None else allow_weak
+    if not accepted:
+        raise SandboxUnavailableError(
+            f"sandbox: {reason}; refusing to run untrusted code without namespaces. Set "
+            "executor.sandbox.allow_weak_sandbox: true to accept a weaker sandbox "
+            "(docs/executors.md, 'Python sandbox')"
+        )
+    if reason not in _warned:
+        _warned.add(reason)
+        log.warning(
+            "WEAK SANDBOX: %s. Untrusted code now runs without a private filesystem view or "
+            "PID namespace: it can read every file the run's uid can read (benchmark data, "
+            "gold answers) and code rewards can be gamed (docs/executors.md).",
+            reason,
+        )
+    return "weak"
+
+
 def _read(path: Path, limit_bytes: int, tail: bool) -> str:
     size = path.stat().st_size
     with path.open("rb") as f:
@@ -184,6 +311,184 @@ def _read(path: Path, limit_bytes: int, tail: bool) -> str:
             f.seek(size - limit_bytes)
         data = f.read(limit_bytes)
     return data.decode("utf-8", errors="replace")
+
+
+def _drain(fd: int) -> bytes:
+    os.set_blocking(fd, False)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(fd, 1 << 16)
+        except BlockingIOError:
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _launch(
+    procs: tuple[_Proc, ...],
+    limits: _Limits,
+    *,
+    stdin: str,
+    work_files: dict[str, str],
+    fd_files: dict[str, bytes],
+    pipes: tuple[str, ...],
+    interpreter: str | None,
+    allow_weak: bool | None,
+) -> tuple[SandboxResult, bytes, dict[str, int]]:
+    """Run ``procs`` in a fresh sandbox; the main process is the first. Returns the result,
+    what arrived on the ``result`` pipe (when one of ``pipes``) and every process's status."""
+    mode = _mode(allow_weak)
+    drop = os.geteuid() == 0
+    if mode == "strict":
+        view = _python_view(interpreter or getattr(sys, "_base_executable", sys.executable))
+        python, cwd, home = view.python, "/tmp", "/tmp"
+    else:
+        view, python = None, interpreter or weak_interpreter(drop)
+    run_dir = Path(tempfile.mkdtemp(prefix="evosteer-sbx-"))
+    opened: dict[str, int] = {}
+    readers: dict[str, int] = {}
+    try:
+        work, root = run_dir / "work", run_dir / "root"
+        work.mkdir(mode=0o700)
+        root.mkdir()
+        if mode == "weak":
+            cwd = home = str(work)
+            run_dir.chmod(0o711)  # the run's uid must reach its work folder on the host
+        base = UID_BASE + 2 * secrets.randbelow(UID_SPAN // 2)
+        for name, text in work_files.items():
+            (work / name).write_text(text)
+            if drop:
+                os.chown(work / name, base, base)
+        if drop:
+            os.chown(work, base, base)
+        (run_dir / "stdin").write_text(stdin)
+        opened["stdin"] = os.open(run_dir / "stdin", os.O_RDONLY)
+        for name in ("stdout", "stderr"):
+            opened[name] = os.open(run_dir / name, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        for name, data in fd_files.items():
+            path = run_dir / name
+            path.write_bytes(data)
+            opened[name] = os.open(path, os.O_RDONLY)
+            path.unlink()
+        for name in ("report", *pipes):
+            r, w = os.pipe()
+            if name in ("report", "result"):
+                readers[name], opened[name] = r, w
+            else:
+                opened[name + "_r"], opened[name + "_w"] = r, w
+        env = {"PATH": "/usr/bin:/bin", "HOME": home, "LANG": "C.UTF-8"}
+        config = {
+            "mode": mode,
+            "drop": drop,
+            "root_dir": str(root),
+            "work_dir": str(work),
+            "binds": view.binds if view else [],
+            "masks": view.masks if view else [],
+            "devices": [d for d in _DEVICES if os.path.exists(d)],
+            "wall_s": limits.wall_s,
+            "limits": {
+                "cpu": max(1, int(limits.cpu_s + 0.999)),
+                "memory_mb": limits.memory_mb,
+                "file_mb": limits.file_mb,
+            },
+            "fds": opened,
+            "main": procs[0].role,
+            "procs": [
+                {
+                    "role": p.role,
+                    "uid": base + p.tests_uid,
+                    "nproc": _TESTS_PROCESS_NPROC if p.tests_uid else limits.max_processes,
+                    "argv": [python, *p.args],
+                    "cwd": "/" if p.tests_uid and mode == "strict" else cwd,
+                    "env": env,
+                    "fds": p.fds,
+                }
+                for p in procs
+            ],
+        }
+        (run_dir / "launch.json").write_text(json.dumps(config))
+        with (run_dir / "launcher.log").open("wb") as launcher_log:
+            start = time.monotonic()
+            proc = subprocess.Popen(
+                [sys.executable, "-I", "-S", str(_LAUNCHER), str(run_dir / "launch.json")],
+                stdin=subprocess.DEVNULL,
+                stdout=launcher_log,
+                stderr=launcher_log,
+                pass_fds=tuple(opened.values()),
+                start_new_session=True,
+            )
+        for fd in opened.values():
+            os.close(fd)
+        opened.clear()
+        backstop = False
+        try:
+            proc.wait(timeout=limits.wall_s + _BACKSTOP_S)
+        except subprocess.TimeoutExpired:
+            backstop = True
+        _kill_group(proc.pid)
+        proc.wait()
+        elapsed = time.monotonic() - start
+        report: dict = {}
+        for line in _drain(readers["report"]).decode().splitlines():
+            report.update(json.loads(line))
+        result = _drain(readers["result"]) if "result" in readers else b""
+        if report.get("unshare_failed"):
+            _strict_failure.append(f"the host refused namespaces ({report['error']})")
+        elif "error" in report or "statuses" not in report and not report.get("stopped"):
+            log_text = (run_dir / "launcher.log").read_text(errors="replace")[-2000:]
+            raise RuntimeError(f"sandbox setup failed: {report.get('error')}\n{log_text}")
+        else:
+            stdout = _read(run_dir / "stdout", 4 * limits.max_chars + 64, tail=False)
+            stderr = _read(run_dir / "stderr", 4 * limits.max_chars + 64, tail=True)
+    finally:
+        for fd in (*opened.values(), *readers.values()):
+            os.close(fd)
+        shutil.rmtree(run_dir, ignore_errors=True)
+    if report.get("unshare_failed"):
+        return _launch(
+            procs,
+            limits,
+            stdin=stdin,
+            work_files=work_files,
+            fd_files=fd_files,
+            pipes=pipes,
+            interpreter=interpreter,
+            allow_weak=allow_weak,
+        )
+    statuses = report.get("statuses", {})
+    wall_killed = backstop or report.get("stopped") is not None
+    status = statuses.get(procs[0].role)
+    returncode = (
+        -signal.SIGKILL if wall_killed or status is None else os.waitstatus_to_exitcode(status)
+    )
+    return (
+        SandboxResult(
+            stdout=_cap_head(stdout, limits.max_chars),
+            stderr=_cap_tail(stderr, limits.max_chars),
+            returncode=returncode,
+            timed_out=wall_killed,
+            killed_reason=_killed_reason(returncode, stderr, wall_killed),
+            network_isolated=bool(report.get("network")),
+            privileges_dropped=drop,
+            filesystem_isolated=mode == "strict",
+            processes_contained=mode == "strict" or drop,
+            wall_s=elapsed,
+        ),
+        result,
+        statuses,
+    )
+
+
+def _kill_group(pgid: int) -> None:
+    """SIGKILL whatever is left in the launcher's process group (a no-op once it is empty)."""
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except OSError as exc:
+        if exc.errno != errno.ESRCH:
+            raise
 
 
 def run_python(
@@ -197,96 +502,73 @@ def run_python(
     max_processes: int = 64,
     max_chars: int = 2000,
     interpreter: str | None = None,
-    drop_privileges: bool | None = None,
+    allow_weak: bool | None = None,
 ) -> SandboxResult:
-    """Run ``code`` as a Python program in the sandbox and return what happened.
+    """Run ``code`` as ``/tmp/main.py`` (``python -I``, cwd ``/tmp``) in the sandbox.
 
-    ``drop_privileges`` defaults to "when running as root". ``max_processes`` caps the
-    processes of the unprivileged uid (RLIMIT_NPROC counts per uid, so it is shared by
-    concurrent sandboxes and only applied when privileges are dropped).
+    ``max_processes`` caps the processes of the run's uid (RLIMIT_NPROC). ``allow_weak``
+    overrides the process-wide policy of ``configure``; without the full sandbox and without
+    that acceptance this raises ``SandboxUnavailableError``.
     """
-    if cpu_s <= 0 or wall_s <= 0 or memory_mb <= 0 or file_mb <= 0 or max_chars <= 0:
-        raise ValueError(
-            "sandbox limits must be > 0: "
-            f"cpu_s={cpu_s}, wall_s={wall_s}, memory_mb={memory_mb}, file_mb={file_mb}, "
-            f"max_chars={max_chars}"
-        )
-    drop = os.geteuid() == 0 if drop_privileges is None else drop_privileges
-    if drop and os.geteuid() != 0:
-        raise PermissionError("sandbox: drop_privileges=True needs root")
-    python = interpreter or default_interpreter(drop)
-    io_dir = Path(tempfile.mkdtemp(prefix="evosteer-sbx-io-"))
-    work = Path(tempfile.mkdtemp(prefix="evosteer-sbx-"))
-    report_r, report_w = os.pipe()
-    try:
-        (work / "main.py").write_text(code)
-        (io_dir / "stdin").write_text(stdin)
-        if drop:
-            os.chown(work, UNPRIVILEGED_ID, UNPRIVILEGED_ID)
-            os.chown(work / "main.py", UNPRIVILEGED_ID, UNPRIVILEGED_ID)
-        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(work), "LANG": "C.UTF-8"}
-        preexec = _make_preexec(cpu_s, memory_mb, file_mb, max_processes, drop, report_w)
-        start = time.monotonic()
-        with (
-            (io_dir / "stdin").open("rb") as f_in,
-            (io_dir / "stdout").open("wb") as f_out,
-            (io_dir / "stderr").open("wb") as f_err,
-        ):
-            proc = subprocess.Popen(
-                [python, "-I", "main.py"],
-                stdin=f_in,
-                stdout=f_out,
-                stderr=f_err,
-                cwd=work,
-                env=env,
-                start_new_session=True,
-                preexec_fn=preexec,
-                close_fds=True,
-            )
-        os.close(report_w)
-        report_w = -1
-        wall_killed = False
-        try:
-            proc.wait(timeout=wall_s)
-        except subprocess.TimeoutExpired:
-            wall_killed = True
-        _kill_group(proc.pid)
-        proc.wait()
-        elapsed = time.monotonic() - start
-        isolated = os.read(report_r, 1) == b"1"
-        stdout = _read(io_dir / "stdout", 4 * max_chars + 64, tail=False)
-        stderr = _read(io_dir / "stderr", 4 * max_chars + 64, tail=True)
-    finally:
-        os.close(report_r)
-        if report_w >= 0:
-            os.close(report_w)
-        shutil.rmtree(work, ignore_errors=True)
-        shutil.rmtree(io_dir, ignore_errors=True)
-    return SandboxResult(
-        stdout=_cap_head(stdout, max_chars),
-        stderr=_cap_tail(stderr, max_chars),
-        returncode=proc.returncode,
-        timed_out=wall_killed,
-        killed_reason=_killed_reason(proc.returncode, stderr, wall_killed),
-        network_isolated=isolated,
-        privileges_dropped=drop,
-        wall_s=elapsed,
+    limits = _Limits(cpu_s, wall_s, memory_mb, file_mb, max_processes, max_chars)
+    main = _Proc("main", ("-I", "main.py"), ((0, "stdin"), (1, "stdout"), (2, "stderr")))
+    result, _, _ = _launch(
+        (main,),
+        limits,
+        stdin=stdin,
+        work_files={"main.py": code},
+        fd_files={},
+        pipes=(),
+        interpreter=interpreter,
+        allow_weak=allow_weak,
     )
-
-
-def _kill_group(pgid: int) -> None:
-    """SIGKILL every process left in the sandbox's process group (a no-op once it is empty)."""
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except OSError as exc:
-        if exc.errno != errno.ESRCH:
-            raise
+    return result
 
 
 def run_tests(program: str, tests: str, entry_point: str, **limits: object) -> SandboxResult:
-    """Run a HumanEval-style test: ``program``, then ``tests`` (defining ``check``), then
-    ``check(entry_point)``. The tests pass iff the run exits 0 (``result.ok``)."""
+    """Run hidden tests against ``program``; ``result.tests_passed`` (and ``ok``) is True iff
+    every test ran and passed.
+
+    HumanEval style (``tests`` defines ``check``): ``check(entry_point)``; otherwise the tests
+    are a script (MBPP+: top-level asserts) calling the program's functions by name. The
+    program is imported as the module ``solution`` in its own process; the tests run in a
+    second process under another uid and reach the program's functions through proxies
+    whose results arrive as plain built-in values (``sandbox_harness.py``). The tests
+    process writes a fresh random sentinel to a pipe only the parent reads, after the last
+    test; any early exit, signal or exception anywhere before that is a failure.
+    """
     if not entry_point.isidentifier():
         raise ValueError(f"run_tests: entry_point must be an identifier, got {entry_point!r}")
-    code = f"{program}\n\n{tests}\n\ncheck({entry_point})\n"
-    return run_python(code, **limits)  # type: ignore[arg-type]
+    allow_weak = limits.pop("allow_weak", None)
+    interpreter = limits.pop("interpreter", None)
+    checked = _DEFINES_CHECK.search(tests) is not None
+    sentinel = secrets.token_hex(32)
+    payload = {"sentinel": sentinel, "tests": tests, "entry_point": entry_point, "check": checked}
+    harness = _HARNESS.read_text()
+    std = ((1, "stdout"), (2, "stderr"))
+    tests_proc = _Proc(
+        "tests",
+        ("-I", "-S", "-c", harness, "tests", "3", "4", "5", "6"),
+        ((0, "devnull"), *std, (3, "payload"), (4, "reply_r"), (5, "call_w"), (6, "result")),
+        tests_uid=True,
+    )
+    program_proc = _Proc(
+        "program",
+        ("-I", "-c", harness, "program", "3", "4", "5"),
+        ((0, "stdin"), *std, (3, "source"), (4, "call_r"), (5, "reply_w")),
+    )
+    result, written, statuses = _launch(
+        (tests_proc, program_proc),
+        _Limits(**{**SandboxLimits().as_kwargs(), **limits}),  # type: ignore[arg-type]
+        stdin="",
+        work_files={},
+        fd_files={"payload": json.dumps(payload).encode(), "source": program.encode()},
+        pipes=("result", "call", "reply"),
+        interpreter=interpreter,  # type: ignore[arg-type]
+        allow_weak=allow_weak,  # type: ignore[arg-type]
+    )
+    passed = result.returncode == 0 and written == sentinel.encode()
+    reason = result.killed_reason
+    if reason is None and not passed and "program" in statuses:
+        reason = _killed_reason(os.waitstatus_to_exitcode(statuses["program"]), "", False)
+    return replace(result, tests_passed=passed, killed_reason=reason)
