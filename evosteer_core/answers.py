@@ -2,14 +2,18 @@
 features and metrics so that every part of the pipeline agrees on what "the answer" is.
 
 Precedence: the last ``\\boxed{...}``, else the span after the last "answer:"/"answer is"
-cue, else the largest fenced code block. ``extract_answer`` then falls back to the last
-non-empty line (what a node "states"); ``normalize_answer`` falls back to the whole text and
-casefolds and collapses whitespace (answer agreement, feature 17).
+cue, else the largest fenced code block. ``stated_answer`` is the one rule by which both
+executors decide whether a node states an answer (its role's ``answer_form``; see
+docs/runtime.md); ``normalize_answer`` falls back to the whole text and casefolds and
+collapses whitespace (answer agreement, feature 17).
 """
 
 from __future__ import annotations
 
 import re
+
+from evosteer_core.records import TaskRecord
+from evosteer_core.roles import RoleSpec
 
 _CUE = re.compile(r"answer\s*(?:is\b|:)", re.IGNORECASE)
 _FENCE = re.compile(r"```[^\n`]*\n(.*?)```", re.DOTALL)
@@ -69,16 +73,29 @@ def _stated(text: str) -> str | None:
     return None
 
 
-def extract_answer(text: str) -> str | None:
-    """The answer ``text`` states: boxed → cue → largest code block → last non-empty line.
+COMPLETE_STATUSES = ("ok", "tool_error")
+"""Statuses of a reply that ended by itself (a truncated reply's last line is cut off)."""
 
-    None only when the text is blank.
+
+def stated_answer(text: str, role: RoleSpec, task: TaskRecord, status: str) -> str | None:
+    """The answer a node's output states, or None (SPEC §1.4 "answer"; features 15 and 17).
+
+    A planner (``answer_form`` none) never answers. Otherwise the answer is the last
+    ``\\boxed{}``, else the span after the last "answer:"/"answer is" cue, else, in code
+    tasks, the largest fenced code block. A ``bare`` role (tool_user, whose convention is the
+    bare result) also answers with the last non-empty line of a complete reply.
     """
-    found = _stated(text)
+    if role.answer_form == "none":
+        return None
+    found = last_boxed(text) or cued_span(text)
+    if not found and task.metric == "code":
+        found = largest_code_block(text)
     if found:
         return found
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    return lines[-1] if lines else None
+    if role.answer_form == "bare" and status in COMPLETE_STATUSES:
+        lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+        return lines[-1] if lines else None
+    return None
 
 
 def normalize_answer(text: str) -> str:

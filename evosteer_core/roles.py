@@ -10,6 +10,9 @@ import yaml
 
 from evosteer_core.records import FAMILIES
 
+ANSWER_FORMS: tuple[str, ...] = ("explicit", "bare", "none")
+"""How a role states an answer; see ``RoleSpec.answer_form`` and docs/runtime.md."""
+
 
 @dataclass(frozen=True)
 class RoleSpec:
@@ -18,6 +21,9 @@ class RoleSpec:
     ``tools`` lists the tools the role may call; the tools a node actually gets are
     ``tools ∩ family.tools``. ``output_ok`` is False for roles (planner) that may be the output
     only when no other node can be. ``needs_tools`` roles are offered only in families with tools.
+    ``answer_form`` is how the role states an answer (``answers.stated_answer``, the one rule
+    of both executors): ``explicit`` (boxed, cue, code block in code tasks), ``bare`` (those,
+    else the last line of a complete reply) or ``none`` (never: the planner).
     """
 
     role_id: str
@@ -25,10 +31,18 @@ class RoleSpec:
     tools: tuple[str, ...] = ()
     output_ok: bool = True
     needs_tools: bool = False
+    answer_form: str = "explicit"
     max_model_calls: int = 1
     max_tool_calls: int = 0
     max_input_tokens: int = 20480
     max_output_tokens: int = 12288
+
+    def __post_init__(self) -> None:
+        if self.answer_form not in ANSWER_FORMS:
+            raise ValueError(
+                f"role {self.role_id!r}: answer_form must be one of {ANSWER_FORMS}, "
+                f"got {self.answer_form!r}"
+            )
 
 
 @dataclass(frozen=True)
@@ -75,7 +89,7 @@ def catalogue_from_dict(data: dict[str, Any], where: str = "catalogue") -> Catal
         fams = tuple(
             FamilySpec(**{**f, "tools": tuple(f.get("tools", ()))}) for f in data["families"]
         )
-    except (KeyError, TypeError) as exc:
+    except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"{where}: malformed role catalogue: {exc}") from exc
     missing = set(FAMILIES) - {f.family for f in fams}
     if missing:

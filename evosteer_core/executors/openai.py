@@ -12,12 +12,12 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import requests
 
-from evosteer_core.answers import extract_answer
+from evosteer_core.answers import stated_answer
 from evosteer_core.executors.base import (
     Environment,
     Evidence,
@@ -145,6 +145,13 @@ class OpenAIExecutor:
         return self.environment_factory(task, seed_key)
 
     def run_node(self, request: NodeRequest) -> NodeResult:
+        """One node execution; its answer follows ``answers.stated_answer``, the rule the sim
+        executor uses too (docs/runtime.md)."""
+        result = self._execute(request)
+        answer = stated_answer(result.text, request.role, request.task, result.status)
+        return replace(result, answer=answer)
+
+    def _execute(self, request: NodeRequest) -> NodeResult:
         start = time.monotonic()
         turn = _Turn()
         limits = request.limits
@@ -332,7 +339,7 @@ class OpenAIExecutor:
     ) -> NodeResult:
         return NodeResult(
             text=text,
-            answer=extract_answer(text),
+            answer=None,  # set by run_node from the text, the role and the status
             status=status,
             failure_kind=failure,
             tokens_in=turn.tokens_in,

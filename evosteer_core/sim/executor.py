@@ -15,7 +15,7 @@ import math
 import random
 from dataclasses import dataclass, field
 
-from evosteer_core.answers import cued_span
+from evosteer_core.answers import cued_span, stated_answer
 from evosteer_core.benchmarks.metrics import normalize_squad
 from evosteer_core.executors.base import (
     CallLimits,
@@ -43,6 +43,13 @@ def _sigmoid(x: float) -> float:
 def _logit(p: float) -> float:
     p = min(max(p, 1e-6), 1 - 1e-6)
     return math.log(p / (1 - p))
+
+
+def _game_outcome(body: str, env: SimEnvironment) -> tuple[str, str | None]:
+    """An interactive node's text and answer: ``done`` (stated as "Answer: done") once won."""
+    if env.success:
+        return body + "\nAnswer: done", "done"
+    return body, None
 
 
 @dataclass
@@ -347,8 +354,10 @@ class SimExecutor:
         if not isinstance(env, SimEnvironment):
             return _Work(body="No environment to act in.", answer=None, model_calls=1)
         if req.role.role_id == "verifier" and not req.messages:
-            body = f"No inputs to check yet. Observation: {env.observe()}"
-            return _Work(body, "done" if env.success else None, env_last_ok=None)
+            body, answer = _game_outcome(
+                f"No inputs to check yet. Observation: {env.observe()}", env
+            )
+            return _Work(body, answer, env_last_ok=None)
         z = self._competence(call)
         if req.messages:
             z += call.fam.context_bonus
@@ -369,10 +378,9 @@ class SimExecutor:
                 cmd = f"go to {env.receptacles[int(where * n_rec)]}"
             last_ok = env.step(cmd).ok
             steps += 1
-        body = f"Took {steps} actions. Last observation: {env.observe()}"
-        answer = "done" if env.success else None
-        if answer:
-            body += "\nAnswer: done"
+        body, answer = _game_outcome(
+            f"Took {steps} actions. Last observation: {env.observe()}", env
+        )
         return _Work(body, answer, model_calls=max(1, steps), env_steps=steps, env_last_ok=last_ok)
 
     # --- accounting -------------------------------------------------------------------------
@@ -390,17 +398,17 @@ class SimExecutor:
             growth = m.tool_result_tokens
         tokens_in = calls * prompt_tokens + growth * calls * (calls - 1) // 2
         tokens_out = max(1, round(mean_out * (0.5 + call.u("out-tokens"))))
-        status, failure, text, answer = "ok", None, work.body, work.answer
+        status, failure, text = "ok", None, work.body
         cap_out = lim.max_output_tokens * calls
         mishap = call.u("mishap")  # one draw decides rambling (first) or a garbled answer line
         if tokens_out > cap_out or mishap < m.ramble:
             # the last call ran to its output limit: the answer line was never written
             status, failure = "truncated", "output_token_limit"
             tokens_out = min(cap_out, tokens_out * (calls - 1) // calls + lim.max_output_tokens)
-            text, answer = work.body.split("\nAnswer:")[0][: max(20, len(work.body) // 2)], None
-        elif answer is not None and mishap < m.ramble + m.parse_error:
+            text = work.body.split("\nAnswer:")[0][: max(20, len(work.body) // 2)]
+        elif work.answer is not None and mishap < m.ramble + m.parse_error:
             status, failure = "parse_error", "no_parsable_answer"
-            text, answer = work.body.split("\nAnswer:")[0] + "\n(the answer line is garbled)", None
+            text = work.body.split("\nAnswer:")[0] + "\n(the answer line is garbled)"
         elif work.tool_uses and not any(t.ok for t in work.tool_uses):
             status, failure = "tool_error", "every_tool_call_failed"
         latency = (
@@ -412,7 +420,7 @@ class SimExecutor:
         )
         return NodeResult(
             text=text,
-            answer=answer,
+            answer=stated_answer(text, call.req.role, call.req.task, status),
             status=status,
             failure_kind=failure,
             tokens_in=tokens_in,

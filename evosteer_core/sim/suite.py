@@ -11,6 +11,12 @@ parameters the sim executor reads live in ``TaskRecord.meta``:
 - ``key_step``: the step a useful plan must name;
 - interactive family: ``subgoals`` (the commands that win the game, in order),
   ``receptacles`` and ``max_steps``.
+
+Gold, trap and distractors are distinct draws from one distribution (uniform integers for
+aime and mbpp_plus, pseudo-words otherwise) with the gold drawn first: the wrong answers are
+exchangeable with the gold (exactly for the integers; for words up to the rejection of
+repeats, which almost never happen), so no function of the answers nodes state (offsets,
+median, pattern) singles out the gold; only the simulated verifiers and checks do.
 """
 
 from __future__ import annotations
@@ -63,6 +69,7 @@ def _distinct_words(rng, n: int, syllables: int = 2) -> list[str]:
 
 
 def _distinct_numbers(rng, n: int, low: int, high: int) -> list[str]:
+    """``n`` distinct integers drawn uniformly from [low, high), as strings."""
     out: list[str] = []
     while len(out) < n:
         v = str(int(rng.integers(low, high)))
@@ -91,9 +98,7 @@ def _qa_texts(family: str, rng, tag: str) -> tuple[str, list[str], str, tuple[st
         )
         return prompt, answers, f"rule out {e3.lower()} syndrome", tuple(choices)
     if family == "aime":
-        gold = int(rng.integers(0, 1000))
-        near = [str((gold + k) % 1000) for k in (1, -1, 10, 100, 2)]
-        answers = [str(gold), *near[: N_DISTRACTORS + 1]]
+        answers = _distinct_numbers(rng, 2 + N_DISTRACTORS, 0, 1000)
         a, b, m = int(rng.integers(3, 40)), int(rng.integers(5, 60)), int(rng.integers(2, 9))
         prompt = (
             f"{tag} Find the remainder when the number of {m}-term sequences with sum {a * b} "
