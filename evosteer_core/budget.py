@@ -38,35 +38,58 @@ class BudgetLimits:
 
 
 class BudgetLedger:
-    """Spent tokens, calls, environment steps and (simulated or measured) wall time."""
+    """Spent tokens, calls, environment steps and (simulated or measured) wall time.
+
+    The token total is a hard limit (SPEC §1.3): a charge is booked up to what is left and any
+    excess (a server that reported more than the executor estimated) goes to ``tokens_over``.
+    Per-node usage is kept for the interactive family's per-node limits, which hold across all
+    of a node's executions.
+    """
 
     def __init__(self, limits: BudgetLimits) -> None:
         self.limits = limits
         self.tokens_in = 0
         self.tokens_out = 0
+        self.tokens_over = 0
         self.model_calls = 0
         self.tool_calls = 0
         self.env_steps = 0
         self.wall_s = 0.0
+        self.node_model_calls: dict[str, int] = {}
+        self.node_env_steps: dict[str, int] = {}
 
     # --- accounting -------------------------------------------------------------------
     @property
     def tokens(self) -> int:
         return self.tokens_in + self.tokens_out
 
-    def charge_node(self, result: NodeResult) -> None:
-        """Charge one node execution (all of its model calls, tool calls and time)."""
-        self.tokens_in += result.tokens_in
-        self.tokens_out += result.tokens_out
+    @property
+    def tokens_left(self) -> int:
+        return max(0, self.limits.total_tokens - self.tokens)
+
+    def _charge_tokens(self, tokens_in: int, tokens_out: int) -> None:
+        """Book input, then output tokens, up to the total; the rest is ``tokens_over``."""
+        booked_in = min(tokens_in, self.tokens_left)
+        self.tokens_in += booked_in
+        booked_out = min(tokens_out, self.tokens_left)
+        self.tokens_out += booked_out
+        self.tokens_over += tokens_in + tokens_out - booked_in - booked_out
+
+    def charge_node(self, result: NodeResult, node_id: str) -> None:
+        """Charge one execution of node ``node_id`` (all of its model calls, tool calls and
+        time); its model calls and environment steps also count against the node."""
+        self._charge_tokens(result.tokens_in, result.tokens_out)
         self.model_calls += result.model_calls
         self.tool_calls += result.tool_calls
         self.env_steps += result.env_steps
         self.wall_s += result.latency_s
+        calls, steps = self.node_model_calls, self.node_env_steps
+        calls[node_id] = calls.get(node_id, 0) + result.model_calls
+        steps[node_id] = steps.get(node_id, 0) + result.env_steps
 
     def charge_orchestrator(self, tokens_in: int, tokens_out: int, seconds: float = 0.0) -> None:
-        """Charge the orchestrator's own decision (prompt and action tokens)."""
-        self.tokens_in += tokens_in
-        self.tokens_out += tokens_out
+        """Charge the orchestrator's own decision (prompt and action tokens, its time)."""
+        self._charge_tokens(tokens_in, tokens_out)
         self.wall_s += seconds
 
     # --- reservations -----------------------------------------------------------------
@@ -84,11 +107,22 @@ class BudgetLedger:
             and self.wall_s < self.limits.wall_time_s
         )
 
-    def call_limits(self, role: RoleSpec, interactive: bool) -> CallLimits:
-        """Limits for one execution of ``role``, clipped to what the episode has left."""
+    def node_calls_left(self, node_id: str) -> int:
+        """Model calls node ``node_id`` has left under the interactive per-node limit."""
+        used = self.node_model_calls.get(node_id, 0)
+        return max(0, self.limits.node_model_calls_interactive - used)
+
+    def node_steps_left(self, node_id: str) -> int:
+        """Environment steps node ``node_id`` has left (per node and in the episode)."""
+        node = self.limits.node_env_steps - self.node_env_steps.get(node_id, 0)
+        return max(0, min(node, self.limits.env_steps - self.env_steps))
+
+    def call_limits(self, role: RoleSpec, interactive: bool, node_id: str) -> CallLimits:
+        """Limits for one execution of ``role`` (as node ``node_id``), clipped to what the
+        episode has left: tokens (all calls together), model calls, tool calls, and in the
+        interactive family what is left of the node's own model calls and environment steps."""
         t_in, t_out = self.call_tokens(role)
-        calls = self.limits.node_model_calls_interactive if interactive else role.max_model_calls
-        env = min(self.limits.node_env_steps, self.limits.env_steps - self.env_steps)
+        calls = self.node_calls_left(node_id) if interactive else role.max_model_calls
         return CallLimits(
             max_model_calls=max(0, min(calls, self.limits.model_calls - self.model_calls)),
             max_tool_calls=max(
@@ -96,7 +130,8 @@ class BudgetLedger:
             ),
             max_input_tokens=t_in,
             max_output_tokens=t_out,
-            max_env_steps=max(0, env) if interactive else 0,
+            max_env_steps=self.node_steps_left(node_id) if interactive else 0,
+            max_total_tokens=self.tokens_left,
         )
 
     # --- features 26-29 ---------------------------------------------------------------

@@ -37,6 +37,11 @@ class Orchestrator:
     def hidden_size(self) -> int:
         return int(self.policy.model.get_base_model().config.hidden_size)
 
+    @property
+    def max_action_tokens(self) -> int:
+        """The longest action a decision may generate (its token reservation)."""
+        return self.policy.config.max_action_tokens
+
     def count_tokens(self, prompt: str) -> int:
         return len(self.policy.tokenizer.encode_prompt(prompt))
 

@@ -4,11 +4,17 @@ All pending decisions of all episodes are sampled together: one batched policy c
 θ episodes (adapter on) and one for the ρ-driven episodes (adapter off) per round. A decision
 with a single legal action, and the forced first action of a paired arm, is recorded but not
 sampled. The value-head snapshot v̂ (and its one-step change Δv̂) is shown in every prompt.
+
+Each sampled decision is charged to its episode's ledger before its action executes (prompt and
+action tokens, and its time); forced decisions make no model call and cost nothing. A decision
+the budget cannot cover, or one that took longer than ``decision_deadline_s``, is replaced by
+the finalizing action of SPEC §1.2 (docs/runtime.md, "Orchestrator decisions").
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import pandas as pd
@@ -23,7 +29,7 @@ from evosteer_core.orchestrator import Orchestrator
 from evosteer_core.policy.render import render
 from evosteer_core.records import FAMILIES, TaskRecord
 from evosteer_core.roles import Catalogue
-from evosteer_core.runtime import Episode, Evaluator
+from evosteer_core.runtime import DecisionCharge, Episode, Evaluator
 from evosteer_core.schemas import validate_tables
 from evosteer_core.seeding import torch_generator
 
@@ -79,6 +85,9 @@ class RolloutContext:
     step: int
     renderer: str = "compact"
     temperature: float = 1.0
+    decision_clock: Callable[[int, int], float] | None = None
+    """Seconds charged for a sampled decision from its (prompt, action) tokens (the sim's
+    simulated clock); None: the measured wall time of the batched policy call that made it."""
 
 
 def _values(head: ValueHead, feats: list[list[float]], families: list[str]) -> list[float]:
@@ -107,6 +116,7 @@ def collect_rollouts(
         for p in plans
     ]
     prev_value: list[float | None] = [None] * len(plans)
+    timeouts = [0] * len(plans)
     rows: list[dict] = []
     while True:
         pending = [i for i, ep in enumerate(episodes) if not ep.stopped]
@@ -136,12 +146,12 @@ def collect_rollouts(
                     "t": len(ep.history),
                 }
             )
-        _choose(policy, decisions, plans, ctx)
+        _choose(policy, decisions, plans, episodes, ctx)
         for d in decisions:
             ep = episodes[d["i"]]
-            ep.apply(Action.from_json(d["action"]))
-            # charged after the action: the decision was taken on the state it saw
-            ep.charge_orchestrator(d.pop("prompt_tokens"), d.pop("action_tokens"))
+            # legal on the state the decision saw; charged before the action executes
+            ep.apply(Action.from_json(d["action"]), d.pop("charge"))
+            timeouts[d["i"]] += d.pop("timed_out", False)
             rows.append(
                 {
                     "traj_id": plans[d["i"]].traj_id,
@@ -159,7 +169,10 @@ def collect_rollouts(
                 }
             )
     trajectories = pd.DataFrame(
-        [_trajectory_row(p, ep, ctx.step) for p, ep in zip(plans, episodes, strict=True)]
+        [
+            _trajectory_row(p, ep, ctx.step, n)
+            for p, ep, n in zip(plans, episodes, timeouts, strict=True)
+        ]
     )
     decisions_df = (
         pd.DataFrame(rows).sort_values(["traj_id", "t"], kind="stable").reset_index(drop=True)
@@ -168,19 +181,37 @@ def collect_rollouts(
     return trajectories, decisions_df
 
 
+def _force(d: dict, legal: list[str], action: str, charge: DecisionCharge) -> None:
+    """Record a decision that was not sampled (or whose sample was discarded)."""
+    d.update(legal=legal, action=action, chosen=legal.index(action), logp=0.0, forced=True)
+    d["charge"] = charge
+
+
+def _finalize(d: dict, ep: Episode, reason: str, charge: DecisionCharge) -> None:
+    """Put the episode into finalization and record its finalizing action as the decision."""
+    ep.finalize(reason)
+    fallback = ep.legal_actions()[0].to_json()
+    _force(d, [fallback], fallback, charge)
+
+
 def _choose(
-    policy: Orchestrator, decisions: list[dict], plans: Sequence[EpisodePlan], ctx: RolloutContext
+    policy: Orchestrator,
+    decisions: list[dict],
+    plans: Sequence[EpisodePlan],
+    episodes: Sequence[Episode],
+    ctx: RolloutContext,
 ) -> None:
-    """Fill ``action``/``chosen``/``logp``/``forced`` for every decision of one round."""
+    """Fill ``action``/``chosen``/``logp``/``forced``/``charge`` for every decision of a round."""
     to_sample: dict[bool, list[dict]] = {True: [], False: []}
     for d in decisions:
-        plan = plans[d["i"]]
+        ep = episodes[d["i"]]
         if d["forced_action"] is not None or len(d["legal"]) == 1:
-            action = d["forced_action"] or d["legal"][0]
-            d.update(action=action, chosen=d["legal"].index(action), logp=0.0, forced=True)
-            d.update(prompt_tokens=policy.count_tokens(d["prompt"]), action_tokens=0)
+            _force(d, d["legal"], d["forced_action"] or d["legal"][0], DecisionCharge())
+        elif policy.count_tokens(d["prompt"]) + policy.max_action_tokens > ep.ledger.tokens_left:
+            _finalize(d, ep, "the budget cannot cover the next decision", DecisionCharge())
         else:
-            to_sample[plan.uses_adapter].append(d)
+            to_sample[plans[d["i"]].uses_adapter].append(d)
+    deadline = ctx.limits.decision_deadline_s
     for use_adapter, group in to_sample.items():
         if not group:
             continue
@@ -188,6 +219,7 @@ def _choose(
             torch_generator(ctx.run_seed, plans[d["i"]].seed_key(ctx.step), d["t"], "action")
             for d in group
         ]
+        start = time.monotonic()
         samples = policy.sample(
             [d["prompt"] for d in group],
             [d["legal"] for d in group],
@@ -195,12 +227,21 @@ def _choose(
             use_adapter=use_adapter,
             temperature=ctx.temperature,
         )
+        elapsed = time.monotonic() - start
         for d, s in zip(group, samples, strict=True):
-            d.update(action=d["legal"][s.index], chosen=s.index, logp=float(s.logp), forced=False)
-            d.update(prompt_tokens=s.prompt_tokens, action_tokens=s.action_tokens)
+            clock = ctx.decision_clock
+            seconds = elapsed if clock is None else clock(s.prompt_tokens, s.action_tokens)
+            charge = DecisionCharge(s.prompt_tokens, s.action_tokens, seconds)
+            if seconds > deadline:
+                reason = f"the decision took {seconds:.2f} s, past its {deadline:g} s deadline"
+                _finalize(d, episodes[d["i"]], reason, charge)
+                d["timed_out"] = True
+            else:
+                d.update(action=d["legal"][s.index], chosen=s.index, logp=float(s.logp))
+                d.update(forced=False, charge=charge)
 
 
-def _trajectory_row(plan: EpisodePlan, ep: Episode, step: int) -> dict:
+def _trajectory_row(plan: EpisodePlan, ep: Episode, step: int, timeouts: int) -> dict:
     exact, coarse = ep.graph.structure_keys(stopped=True)
     return {
         "traj_id": plan.traj_id,
@@ -217,6 +258,7 @@ def _trajectory_row(plan: EpisodePlan, ep: Episode, step: int) -> dict:
         "complete": ep.stopped,
         "tokens": ep.ledger.tokens,
         "model_calls": ep.ledger.model_calls,
+        "decision_timeouts": timeouts,
         "terminal_features": [float(x) for x in execution_features(ep)],
         "terminal_exact_key": exact,
         "terminal_coarse_key": coarse,

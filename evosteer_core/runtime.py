@@ -41,6 +41,16 @@ class IllegalActionError(ValueError):
 
 
 @dataclass(frozen=True)
+class DecisionCharge:
+    """What the orchestrator's decision for an action cost: its prompt and action tokens and
+    its time (all 0 for a forced decision, which makes no model call)."""
+
+    tokens_in: int = 0
+    tokens_out: int = 0
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
 class Observation:
     """o_t^exec: what one applied action did (appended to the history, read by features)."""
 
@@ -107,6 +117,8 @@ class Episode:
         self.history: list[Observation] = []
         self.stopped = False
         self.reward: float | None = None
+        self.finalizing: str | None = None
+        """Why the episode is being finalized before its budget ran out (``finalize``)."""
         self._calls: dict[str, int] = {}
         self._legal: list[Action] | None = None
         self.environment: Environment | None = (
@@ -127,8 +139,38 @@ class Episode:
         return [r for r in self.roles if self.ledger.can_reserve(r)]
 
     def exhausted(self) -> bool:
-        """No node-executing action fits the budget, or the action cap is reached."""
-        return len(self.history) >= self.ledger.limits.max_actions or not self.affordable_roles()
+        """No node-executing action fits the budget, the action cap is reached, or the episode
+        was put into finalization (``finalize``)."""
+        return (
+            self.finalizing is not None
+            or len(self.history) >= self.ledger.limits.max_actions
+            or not self.affordable_roles()
+        )
+
+    def finalize(self, reason: str) -> None:
+        """From now on the legal set is the finalizing action only (SPEC §1.2), e.g. after the
+        orchestrator missed its decision deadline or cannot afford its next decision."""
+        self._legal = None
+        self.finalizing = reason
+
+    def _executable(self, node_id: str, affordable: set[str]) -> bool:
+        """Whether node ``node_id`` can be executed again: its role is affordable and, in the
+        interactive family, the node has model calls left under its per-node limit."""
+        node = self.graph.nodes[node_id]
+        return node.role_id in affordable and (
+            not self.family.interactive or self.ledger.node_calls_left(node_id) > 0
+        )
+
+    def _step_affordable(self, affordable: set[str]) -> bool:
+        """Whether a node-executing action can still take an environment step: the episode
+        has steps left and a new node (ADD_AGENT of an affordable role, which starts with the
+        full per-node allowance) could take one. A live node can step only if a new one can."""
+        lim = self.ledger.limits
+        return (
+            bool(affordable)
+            and self.ledger.env_steps < lim.env_steps
+            and min(lim.node_env_steps, lim.node_model_calls_interactive) > 0
+        )
 
     def _env_open(self) -> bool:
         env = self.environment
@@ -157,7 +199,7 @@ class Episode:
             return [self._finalizing_action()]
         affordable = {r.role_id for r in self.affordable_roles()}
         acts: list[Action] = []
-        if g.output_id is not None and not self._env_open():
+        if g.output_id is not None and not (self._env_open() and self._step_affordable(affordable)):
             acts.append(Action("STOP"))
         for nid in self._selectable(not self._output_role_possible(affordable)):
             if nid != g.output_id:
@@ -175,16 +217,16 @@ class Episode:
         for nid, node in g.nodes.items():
             if nid != g.output_id:
                 acts.append(Action("DROP_AGENT", node_id=nid))
-            if node.role_id in affordable:
+            if self._executable(nid, affordable):
                 acts.append(Action("RERUN_AGENT", node_id=nid))
                 for s in self.menu:
                     if s.skill_id not in node.skills:
                         acts.append(Action("BIND_SKILL", node_id=nid, skill_id=s.skill_id))
-            for tid, target in g.nodes.items():
+            for tid in g.nodes:
                 if tid == nid or (nid, tid) in g.edges:
                     continue
                 acts.append(Action("ADD_EDGE", source_id=nid, target_id=tid, protocol="feedback"))
-                if target.role_id in affordable:
+                if self._executable(tid, affordable):
                     acts.append(Action("ADD_EDGE", source_id=nid, target_id=tid, protocol="revise"))
         return sorted(acts, key=Action.to_json)
 
@@ -204,11 +246,17 @@ class Episode:
         return Action("SET_OUTPUT", node_id=candidates[0])
 
     # --- applying actions ---------------------------------------------------------------
-    def apply(self, action: Action) -> Observation:
-        """Validate, apply and execute ``action``; append and return its observation."""
+    def apply(self, action: Action, decision: DecisionCharge | None = None) -> Observation:
+        """Validate ``action`` against the current state, charge the ``decision`` that chose
+        it, then apply and execute it (so the executed node gets what is left after the
+        decision); append and return its observation."""
         if action not in self.legal_actions():
             raise IllegalActionError(action, self._why_illegal(action))
         self._legal = None
+        if decision is not None:
+            self.ledger.charge_orchestrator(
+                decision.tokens_in, decision.tokens_out, decision.seconds
+            )
         obs = getattr(self, f"_do_{action.kind.lower()}")(action)
         self.history.append(obs)
         return obs
@@ -267,12 +315,12 @@ class Episode:
             messages=messages,
             previous_output=node.output,
             prompt=node_prompt(role, self.task, skills, messages, node.output),
-            limits=self.ledger.call_limits(role, self.family.interactive),
+            limits=self.ledger.call_limits(role, self.family.interactive, node.node_id),
             seed_key=(self.run_seed, self.episode_key, node.node_id, call),
             environment=self.environment,
         )
         result = self.executor.run_node(request)
-        self.ledger.charge_node(result)
+        self.ledger.charge_node(result, node.node_id)
         previous = node.output
         node.output, node.last_result, node.version = result.text, result, node.version + 1
         return Observation(
@@ -300,7 +348,8 @@ class Episode:
         if self.stopped:
             return "the episode has stopped"
         if self.exhausted():
-            return f"the budget is exhausted; the only legal action is {self._finalizing_action().to_json()}"
+            why = self.finalizing or "the budget is exhausted"
+            return f"{why}; the only legal action is {self._finalizing_action().to_json()}"
         for field_name in ("node_id", "source_id", "target_id"):
             nid = getattr(a, field_name)
             if nid is not None and a.kind != "ADD_AGENT" and nid not in g.nodes:
@@ -310,7 +359,7 @@ class Episode:
             return (
                 "no output node is set"
                 if g.output_id is None
-                else "the environment episode is unfinished"
+                else "the environment episode is unfinished and a node can still take a step"
             )
         if a.kind == "ADD_AGENT":
             if a.node_id != g.next_node_id():
@@ -334,6 +383,13 @@ class Episode:
                 return "self-edges are not allowed"
             if (a.source_id, a.target_id) in g.edges:
                 return f"an edge {a.source_id}->{a.target_id} already exists"
+        node_id = a.target_id if a.kind == "ADD_EDGE" else a.node_id
+        if (
+            a.kind != "ADD_AGENT"
+            and self.family.interactive
+            and self.ledger.node_calls_left(node_id) == 0
+        ):
+            return f"{node_id} has used its per-node model calls"
         return "the role's per-call budget can no longer be reserved"
 
     # --- views ------------------------------------------------------------------------

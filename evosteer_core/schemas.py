@@ -37,6 +37,7 @@ TRAJECTORIES = pa.DataFrameSchema(
         "complete": pa.Column(bool),
         "tokens": pa.Column(int, pa.Check.ge(0)),
         "model_calls": pa.Column(int, pa.Check.ge(0)),
+        "decision_timeouts": pa.Column(int, pa.Check.ge(0)),
         "terminal_features": pa.Column(
             object, pa.Check(lambda s: s.map(_is_feature_vector), error="30 features in [0,1]")
         ),

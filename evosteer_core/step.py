@@ -17,6 +17,7 @@ import torch
 
 from evosteer_core.anchors import AnchorConfig, ShrinkagePool, StateKeys, StructuralBuckets
 from evosteer_core.config import RunConfig
+from evosteer_core.executors.base import Executor
 from evosteer_core.heads import (
     FlowCorrection,
     HeadFitConfig,
@@ -31,6 +32,7 @@ from evosteer_core.records import FAMILIES, TaskRecord
 from evosteer_core.rollout import FAMILY_INDEX, EpisodePlan, RolloutContext, collect_rollouts
 from evosteer_core.schemas import validate_rescored
 from evosteer_core.seeding import derive_seed, numpy_rng, torch_generator
+from evosteer_core.sim.executor import SimExecutor
 from evosteer_core.skills.admission import SkillState
 from evosteer_core.state import TrainState
 from evosteer_core.tilt import auc
@@ -205,7 +207,13 @@ def _rollout_context(
         step=step,
         renderer=s.cfg.policy.renderer,
         temperature=s.cfg.policy.temperature,
+        decision_clock=_decision_clock(s.world.executor),
     )
+
+
+def _decision_clock(executor: Executor) -> Callable[[int, int], float] | None:
+    """The sim's simulated decision time (deterministic runs); None (measured) otherwise."""
+    return executor.decision_seconds if isinstance(executor, SimExecutor) else None
 
 
 def rollout_stage(

@@ -29,7 +29,7 @@ from evosteer_core.policy.batch import right_pad
 from evosteer_core.policy.render import render_compact
 from evosteer_core.policy.tokenizer import PolicyTokenizer
 from evosteer_core.roles import default_catalogue
-from evosteer_core.runtime import Episode
+from evosteer_core.runtime import DecisionCharge, Episode
 from evosteer_core.seeding import derive_seed
 from evosteer_core.sim import SimExecutor, make_sim_suite
 
@@ -50,9 +50,11 @@ def random_policy_texts(episodes: int, seed: int, tok: PolicyTokenizer) -> list[
             prompt = tok.encode_prompt(render_compact(ep.public_state(value=0.5, value_change=0.0)))
             action_ids = list(tok.encode_action(action.to_json()))
             out.append(prompt + action_ids)
-            ep.apply(action)
-            if not ep.stopped:
-                ep.charge_orchestrator(len(prompt), len(action_ids))
+            charge = DecisionCharge()  # as in a rollout: a forced decision costs nothing
+            if len(legal) > 1:
+                n_in, n_out = len(prompt), len(action_ids)
+                charge = DecisionCharge(n_in, n_out, executor.decision_seconds(n_in, n_out))
+            ep.apply(action, charge)
     return out
 
 

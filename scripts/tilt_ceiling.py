@@ -26,13 +26,21 @@ from probe_session import add_session_options, untrained_session
 
 from evosteer_core.actions import Action
 from evosteer_core.rollout import EpisodePlan
-from evosteer_core.runtime import Episode
+from evosteer_core.runtime import DecisionCharge, Episode
 from evosteer_core.step import evaluation_rollouts
 from evosteer_core.tilt import success_variance, tilt_gain
 
 
-def replay_reward(s, record, actions: list[str], costs: list[tuple[int, int]], key: str) -> float:
-    """Reward of the action sequence ``actions`` run open-loop under executor key ``key``."""
+def sampled_cost(s, prompt: str, action_tokens: int) -> DecisionCharge:
+    """What a sampled decision is charged in a sim rollout: its tokens and simulated time."""
+    prompt_tokens = s.policy.count_tokens(prompt)
+    seconds = s.world.executor.decision_seconds(prompt_tokens, action_tokens)
+    return DecisionCharge(prompt_tokens, action_tokens, seconds)
+
+
+def replay_reward(s, record, actions: list[str], costs: list[DecisionCharge], key: str) -> float:
+    """Reward of the action sequence ``actions`` run open-loop under executor key ``key``, each
+    decision charged as the rollout charged it."""
     ep = Episode(
         record,
         s.world.catalogue,
@@ -43,12 +51,11 @@ def replay_reward(s, record, actions: list[str], costs: list[tuple[int, int]], k
         run_seed=s.cfg.train.seed,
         episode_key=key,
     )
-    for text, (tin, tout) in zip(actions, costs, strict=True):
+    for text, cost in zip(actions, costs, strict=True):
         if ep.stopped:
             break
         action = Action.from_json(text)
-        ep.apply(action if action in ep.legal_actions() else ep.legal_actions()[0])
-        ep.charge_orchestrator(tin, tout)
+        ep.apply(action if action in ep.legal_actions() else ep.legal_actions()[0], cost)
     while not ep.stopped:
         ep.apply(ep.legal_actions()[0])
     return float(ep.reward or 0.0)
@@ -74,7 +81,7 @@ def main() -> None:
     for plan in plans:
         d = by_traj[plan.traj_id]
         costs = [
-            (s.policy.count_tokens(pr), 0 if forced else len(tok.encode_action(a)))
+            DecisionCharge() if forced else sampled_cost(s, pr, len(tok.encode_action(a)))
             for pr, a, forced in zip(d["prompt"], d["action"], d["forced"], strict=True)
         ]
         rewards = [

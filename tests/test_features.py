@@ -349,7 +349,7 @@ def test_f29_model_calls_used() -> None:
     ep = _ledger_episode()
     assert f(ep)[29] == pytest.approx(6 / 8)
     run(ep, rerun("n0"))  # default result: one more call (7/8), then 3 more would overflow
-    ep.ledger.charge_node(res("z", model_calls=3))
+    ep.ledger.charge_node(res("z", model_calls=3), "n0")
     assert f(ep)[29] == 1.0
 
 

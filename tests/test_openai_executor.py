@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 from collections.abc import Iterator
 
@@ -15,7 +16,7 @@ from evosteer_core.executors.base import (
     Executor,
     NodeRequest,
 )
-from evosteer_core.executors.openai import OpenAIExecutor
+from evosteer_core.executors.openai import OpenAIExecutor, estimate_tokens
 from evosteer_core.records import TaskRecord
 from evosteer_core.roles import default_catalogue
 from evosteer_core.seeding import derive_seed
@@ -231,6 +232,39 @@ def test_length_finish_is_truncated_and_its_tool_call_not_run(fake):
     res = executor(fake).run_node(request())
     assert (res.status, res.failure_kind) == ("truncated", "output_budget")
     assert res.tool_calls == 0 and res.model_calls == 1
+
+
+def _with_total(req: NodeRequest, total: int) -> NodeRequest:
+    return dataclasses.replace(req, limits=dataclasses.replace(req.limits, max_total_tokens=total))
+
+
+def test_each_call_gets_at_most_the_tokens_the_episode_has_left(fake):
+    fake.script = [
+        (200, reply("<python>print(6 * 7)</python>", usage=(100, 50))),
+        (200, reply("The answer is", finish="length", usage=(160, 60))),
+    ]
+    res = executor(fake).run_node(_with_total(request(), 400))
+    first, second = fake.requests
+    first_prompt = sum(estimate_tokens(m["content"]) for m in first["messages"])
+    result_est = estimate_tokens(second["messages"][-1]["content"])
+    # call 1: all 256 fit; call 2: 400 - 150 spent - (150 + the result's estimate) of input
+    assert first_prompt + 256 <= 400
+    assert [r["max_tokens"] for r in fake.requests] == [256, 400 - 150 - (150 + result_est)]
+    assert (res.status, res.failure_kind) == ("truncated", "token_budget")  # cut by the budget
+    assert res.tokens_in + res.tokens_out == 370 and res.tool_calls == 1
+
+
+def test_a_tool_call_no_later_call_could_read_is_not_run(fake):
+    fake.script = [(200, reply("<python>print(1)</python>", usage=(100, 50)))]
+    res = executor(fake).run_node(_with_total(request(), 300))
+    assert (res.status, res.failure_kind) == ("truncated", "token_budget")
+    assert res.tool_calls == 0 and res.model_calls == 1 and len(fake.requests) == 1
+
+
+def test_no_tokens_left_for_the_prompt_makes_no_call(fake):
+    res = executor(fake).run_node(_with_total(request(), 10))
+    assert (res.status, res.failure_kind) == ("truncated", "token_budget")
+    assert res.model_calls == 0 and fake.requests == []
 
 
 class CounterEnvironment:

@@ -182,13 +182,31 @@ def spec_legal_set(ep: Episode, universe: list[Action]) -> set[Action]:
         return {Action("SET_OUTPUT", node_id=(output_capable or by_index)[0])} & set(universe)
     env = ep.environment
     env_unfinished = env is not None and not env.done and env.steps_done < env.max_steps
+    lim = ep.ledger.limits
+    # a new node (ADD_AGENT of an affordable role) could still take an environment step
+    step_possible = (
+        bool(afford)
+        and sum(o.result.env_steps for o in ep.history if o.result) < lim.env_steps
+        and lim.node_env_steps > 0
+        and lim.node_model_calls_interactive > 0
+    )
+    interactive = CAT.family(ep.task.family).interactive
+
+    def runs(nid: str) -> bool:
+        """Node ``nid`` can execute: its role is affordable and (interactive) it has model
+        calls left under the per-node limit, counted over all its executions."""
+        used = sum(o.result.model_calls for o in ep.history if o.result and o.node_id == nid)
+        return nodes[nid].role_id in afford and (
+            not interactive or used < lim.node_model_calls_interactive
+        )
+
     next_id = f"n{max([int(n[1:]) for n in ep._calls] + [-1]) + 1}"
     visible = {s.skill_id for s in MENU}
     output_role_affordable = any(offered[r].output_ok for r in afford)
 
     def legal(a: Action) -> bool:
         if a.kind == "STOP":
-            return out is not None and not env_unfinished
+            return out is not None and not (env_unfinished and step_possible)
         if a.kind == "ADD_AGENT":
             return (
                 a.node_id == next_id
@@ -202,7 +220,7 @@ def spec_legal_set(ep: Episode, universe: list[Action]) -> set[Action]:
                 and tgt in nodes
                 and src != tgt
                 and (src, tgt) not in ep.graph.edges
-                and (a.protocol == "feedback" or nodes[tgt].role_id in afford)
+                and (a.protocol == "feedback" or runs(tgt))
             )
         if a.node_id not in nodes:
             return False
@@ -213,10 +231,10 @@ def spec_legal_set(ep: Episode, universe: list[Action]) -> set[Action]:
         if a.kind == "DROP_AGENT":
             return a.node_id != out
         if a.kind == "RERUN_AGENT":
-            return role in afford
+            return runs(a.node_id)
         assert a.kind == "BIND_SKILL"
         skills = nodes[a.node_id].skills
-        return role in afford and a.skill_id in visible and a.skill_id not in skills
+        return runs(a.node_id) and a.skill_id in visible and a.skill_id not in skills
 
     return {a for a in universe if legal(a)}
 
@@ -254,15 +272,38 @@ def _snapshot(ep: Episode) -> tuple:
 
 
 SMALL = BudgetLimits(total_tokens=4000, model_calls=14, max_actions=16, token_scale=0.01)
+FEW_STEPS = BudgetLimits(
+    total_tokens=4000,
+    model_calls=14,
+    max_actions=16,
+    token_scale=0.01,
+    env_steps=4,
+    node_env_steps=3,
+    node_model_calls_interactive=2,
+)
+"""Interactive limits that bind before the game ends: the episode's steps run out first."""
 
 
-@pytest.mark.parametrize("family", ["hotpotqa", "aime", "mbpp_plus", "alfworld"])
-def test_random_states_match_the_spec_and_every_legal_action_applies(family: str) -> None:
-    rng = numpy_rng("test_runtime", "random_states", family)
+@pytest.mark.parametrize(
+    ("family", "limits", "finish"),
+    [
+        ("hotpotqa", SMALL, 3),
+        ("aime", SMALL, 3),
+        ("mbpp_plus", SMALL, 3),
+        ("alfworld", SMALL, 3),
+        ("alfworld", FEW_STEPS, 100),
+    ],
+    ids=["hotpotqa", "aime", "mbpp_plus", "alfworld", "alfworld-few-steps"],
+)
+def test_random_states_match_the_spec_and_every_legal_action_applies(
+    family: str, limits: BudgetLimits, finish: int
+) -> None:
+    rng = numpy_rng("test_runtime", "random_states", family, finish)
     states, finalizing = 0, 0
     for ep_index in range(6):
         tokens = (int(rng.integers(50, 200)), int(rng.integers(10, 150)))
-        ep = episode(family, SMALL, FakeExecutor(tokens=tokens, finish_at=3 + ep_index))
+        ex = FakeExecutor(tokens=tokens, finish_at=finish + ep_index)
+        ep = episode(family, limits, ex)
         while not ep.stopped:
             legal = ep.legal_actions()
             texts = [a.to_json() for a in legal]
@@ -535,6 +576,41 @@ def test_environment_steps_are_clipped_per_node_and_episode() -> None:
     add(ep, "solver")
     assert [r.limits.max_env_steps for r in ex.requests] == [2, 1]
     assert ep.ledger.env_steps == 3 and ep.environment.steps_done == 3
+
+
+def test_stop_is_legal_once_no_node_can_take_an_environment_step() -> None:
+    """The game is not over, but the episode's steps are spent: STOP instead of reruns that
+    can take no step (SPEC §1.2: "... and a node-executing action is still affordable")."""
+    lim = BudgetLimits(env_steps=3, node_env_steps=2)
+    ex = FakeExecutor(env_steps=2, finish_at=100)
+    ep = episode("alfworld", lim, ex)
+    add(ep, "solver")
+    ep.apply(Action("SET_OUTPUT", node_id="n0"))
+    assert Action("STOP") not in ep.legal_actions()  # one step is left for a new node
+    ep.apply(Action("RERUN_AGENT", node_id="n0"))
+    assert ex.requests[-1].limits.max_env_steps == 0  # n0 spent its two steps
+    assert Action("STOP") not in ep.legal_actions()
+    add(ep, "verifier")
+    assert ep.ledger.env_steps == 3 and not ep.environment.done
+    assert ep.environment.steps_done < ep.environment.max_steps and not ep.exhausted()
+    assert Action("STOP") in ep.legal_actions()
+
+
+def test_interactive_per_node_model_calls_hold_across_executions() -> None:
+    lim = BudgetLimits(node_model_calls_interactive=2)
+    ex = FakeExecutor(env_steps=1, finish_at=100)
+    ep = episode("alfworld", lim, ex)
+    add(ep, "solver")
+    add(ep, "verifier")
+    ep.apply(Action("RERUN_AGENT", node_id="n0"))
+    assert [r.limits.max_model_calls for r in ex.requests] == [2, 2, 1]
+    legal = ep.legal_actions()
+    assert Action("RERUN_AGENT", node_id="n0") not in legal
+    assert not any(a.kind == "BIND_SKILL" and a.node_id == "n0" for a in legal)
+    assert Action("ADD_EDGE", source_id="n1", target_id="n0", protocol="revise") not in legal
+    assert Action("ADD_EDGE", source_id="n1", target_id="n0", protocol="feedback") in legal
+    assert Action("RERUN_AGENT", node_id="n1") in legal
+    _rejected(ep, Action("RERUN_AGENT", node_id="n0"), "n0 has used its per-node model calls")
 
 
 # --- execution semantics -----------------------------------------------------------------

@@ -6,10 +6,12 @@ import math
 
 import pytest
 
+from evosteer_core.actions import Action
 from evosteer_core.answers import cued_span
 from evosteer_core.benchmarks.metrics import normalize_squad
 from evosteer_core.benchmarks.rewards import evaluate
 from evosteer_core.budget import BudgetLedger, BudgetLimits
+from evosteer_core.config import load_config
 from evosteer_core.executors.base import (
     CallLimits,
     Environment,
@@ -20,7 +22,7 @@ from evosteer_core.executors.base import (
 )
 from evosteer_core.records import FAMILIES
 from evosteer_core.roles import default_catalogue
-from evosteer_core.runtime import node_prompt
+from evosteer_core.runtime import Episode, node_prompt
 from evosteer_core.sim import (
     DEFAULT_MODEL,
     LATENT_SKILLS,
@@ -52,7 +54,7 @@ def request(
     """A NodeRequest as the runtime builds it (reference limits unless given)."""
     role = CAT.role(role_id)
     interactive = CAT.family(task.family).interactive
-    lim = limits or BudgetLedger(BudgetLimits()).call_limits(role, interactive)
+    lim = limits or BudgetLedger(BudgetLimits()).call_limits(role, interactive, node)
     return NodeRequest(
         task=task,
         node_id=node,
@@ -285,3 +287,31 @@ def test_draws_equal_derive_seed_of_seed_key_record_and_purpose():
     call = _Call(req, DEFAULT_MODEL.families["aime"])
     expected = derive_seed(*req.seed_key, task.record_id, "own", "correct") / 2**63
     assert call.u("own", "correct") == expected
+
+
+def test_interactive_episodes_can_stop_when_their_steps_are_spent():
+    """Under tiny-sim's limits (12 steps per episode, 6 and 9 model calls per node) no node
+    takes more than its per-node allowance over all its executions, and STOP becomes legal as
+    soon as no node can take a step, instead of after a run of zero-step reruns."""
+    limits = load_config(None).budget
+    stopped_early = 0
+    for i in range(12):
+        task = make_sim_record("alfworld", i, 0, "train")
+        ep = Episode(task, CAT, limits, SimExecutor(), lambda t, x, e: 0.0, episode_key=f"k{i}")
+        ep.apply(Action("ADD_AGENT", node_id="n0", role_id="solver"))
+        ep.apply(Action("SET_OUTPUT", node_id="n0"))
+        while Action("STOP") not in ep.legal_actions() and not ep.exhausted():
+            rerun = Action("RERUN_AGENT", node_id="n0")
+            if rerun in ep.legal_actions():
+                ep.apply(rerun)
+            else:
+                ep.apply(Action("ADD_AGENT", node_id=ep.graph.next_node_id(), role_id="solver"))
+        steps: dict[str, int] = {}
+        for o in ep.history:
+            if o.result is not None:
+                steps[o.node_id] = steps.get(o.node_id, 0) + o.result.env_steps
+        assert max(steps.values()) <= limits.node_env_steps
+        if not ep.environment.done:
+            assert ep.ledger.env_steps == limits.env_steps
+            stopped_early += not ep.exhausted()
+    assert stopped_early >= 1

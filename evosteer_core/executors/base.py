@@ -96,13 +96,19 @@ class Environment(Protocol):
 
 @dataclass(frozen=True)
 class CallLimits:
-    """What one node execution may spend (already clipped to the episode's remaining budget)."""
+    """What one node execution may spend (already clipped to the episode's remaining budget).
+
+    ``max_input_tokens``/``max_output_tokens`` bound each model call; ``max_total_tokens``
+    bounds the sum over all calls of the execution (input + output): the tokens the episode
+    has left when the execution starts (None: no episode budget, e.g. the skill author).
+    """
 
     max_model_calls: int
     max_tool_calls: int
     max_input_tokens: int
     max_output_tokens: int
     max_env_steps: int = 0
+    max_total_tokens: int | None = None
 
 
 @dataclass(frozen=True)

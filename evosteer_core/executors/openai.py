@@ -9,6 +9,7 @@ are spent. The protocol, retry policy and failure mapping are in docs/executors.
 
 from __future__ import annotations
 
+import math
 import re
 import time
 from collections.abc import Callable
@@ -19,6 +20,7 @@ import requests
 
 from evosteer_core.answers import stated_answer
 from evosteer_core.executors.base import (
+    CallLimits,
     Environment,
     Evidence,
     NodeRequest,
@@ -162,20 +164,31 @@ class OpenAIExecutor:
         text, status, failure = "", "ok", None
         try:
             while True:
-                if self._prompt_estimate(messages, turn) > limits.max_input_tokens:
+                prompt_tokens = self._prompt_estimate(messages, turn)
+                if prompt_tokens > limits.max_input_tokens:
                     status, failure = "truncated", "input_budget"
                     break
-                call_index = turn.model_calls
-                reply = self.chat(
-                    messages, limits.max_output_tokens, self._seed(request, call_index)
-                )
+                room = self._room(limits, turn) - prompt_tokens
+                if room < 1:
+                    status, failure = "truncated", "token_budget"
+                    break
+                max_tokens = int(min(limits.max_output_tokens, room))
+                reply = self.chat(messages, max_tokens, self._seed(request, turn.model_calls))
                 turn.charge(reply)
                 text = reply.text
+                if self._room(limits, turn) < 0:
+                    status, failure = "truncated", "token_budget"  # usage beyond the estimate
+                    break
                 if reply.finish_reason == "length":
-                    status, failure = "truncated", "output_budget"
+                    budget_cut = max_tokens < limits.max_output_tokens
+                    status, failure = "truncated", "token_budget" if budget_cut else "output_budget"
                     break
                 tag = self._next_tool(text, tools, turn, request)
                 if tag is None or turn.model_calls >= limits.max_model_calls:
+                    break
+                if self._room(limits, turn) <= turn.last_context:
+                    # no later call could read the tool's result
+                    status, failure = "truncated", "token_budget"
                     break
                 messages.append({"role": "assistant", "content": text[: tag.end()]})
                 result = self._run_tool(tag.group(1), tag.group(2), turn, request)
@@ -255,6 +268,13 @@ class OpenAIExecutor:
             messages.append({"role": "system", "content": "\n".join(lines)})
         messages.append({"role": "user", "content": prompt})
         return messages
+
+    @staticmethod
+    def _room(limits: CallLimits, turn: _Turn) -> float:
+        """Tokens this execution may still spend (input + output of its remaining calls)."""
+        if limits.max_total_tokens is None:
+            return math.inf
+        return limits.max_total_tokens - turn.tokens_in - turn.tokens_out
 
     @staticmethod
     def _prompt_estimate(messages: list[dict[str, str]], turn: _Turn) -> int:

@@ -112,6 +112,17 @@ class SimExecutor:
             return None
         return SimEnvironment(task, seed_key, self.model.env_slip)
 
+    def decision_seconds(self, prompt_tokens: int, action_tokens: int) -> float:
+        """Simulated time of one orchestrator decision: one model call with this prompt and
+        action under the node calls' latency model, so that sim rollouts stay deterministic."""
+        m = self.model
+        return round(
+            m.latency_per_call_s
+            + prompt_tokens * m.latency_per_in_token_s
+            + action_tokens * m.latency_per_out_token_s,
+            6,
+        )
+
     def run_node(self, request: NodeRequest) -> NodeResult:
         family = request.task.family
         fam = self.model.families.get(family)
@@ -121,6 +132,8 @@ class SimExecutor:
         prompt_tokens = math.ceil(len(request.prompt) / self.model.chars_per_token)
         if limits.max_model_calls < 1:
             return NodeResult("", None, status="failed", failure_kind="no_model_calls_left")
+        if limits.max_total_tokens is not None and prompt_tokens >= limits.max_total_tokens:
+            return NodeResult("", None, status="failed", failure_kind="no_tokens_left")
         if prompt_tokens > limits.max_input_tokens:
             return NodeResult(
                 "The prompt exceeds the input limit.",
@@ -405,6 +418,13 @@ class SimExecutor:
             # the last call ran to its output limit: the answer line was never written
             status, failure = "truncated", "output_token_limit"
             tokens_out = min(cap_out, tokens_out * (calls - 1) // calls + lim.max_output_tokens)
+        room = lim.max_total_tokens
+        if room is not None and tokens_in + tokens_out > room:
+            # the episode's tokens ran out during the execution: it stops there, unanswered
+            status, failure = "truncated", "token_budget"
+            tokens_in = min(tokens_in, room - 1)
+            tokens_out = room - tokens_in
+        if status == "truncated":
             text = work.body.split("\nAnswer:")[0][: max(20, len(work.body) // 2)]
         elif work.answer is not None and mishap < m.ramble + m.parse_error:
             status, failure = "parse_error", "no_parsable_answer"
