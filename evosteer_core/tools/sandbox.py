@@ -22,11 +22,14 @@ the caller accepted a weaker sandbox (``configure(allow_weak_sandbox=True)``, co
 from __future__ import annotations
 
 import errno
+import io
 import json
 import logging
+import marshal
 import os
 import re
 import secrets
+import select
 import shutil
 import signal
 import stat
@@ -409,11 +412,11 @@ def _launch(
                 for p in procs
             ],
         }
-        (run_dir / "launch.json").write_text(json.dumps(config))
+        (run_dir / "launch.cfg").write_bytes(marshal.dumps(config))
         with (run_dir / "launcher.log").open("wb") as launcher_log:
             start = time.monotonic()
             proc = subprocess.Popen(
-                [sys.executable, "-I", "-S", str(_LAUNCHER), str(run_dir / "launch.json")],
+                [sys.executable, "-I", "-S", str(_LAUNCHER), str(run_dir / "launch.cfg")],
                 stdin=subprocess.DEVNULL,
                 stdout=launcher_log,
                 stderr=launcher_log,
@@ -423,17 +426,14 @@ def _launch(
         for fd in opened.values():
             os.close(fd)
         opened.clear()
-        backstop = False
-        try:
-            proc.wait(timeout=limits.wall_s + _BACKSTOP_S)
-        except subprocess.TimeoutExpired:
-            backstop = True
+        backstop = not _exited_within(proc, limits.wall_s + _BACKSTOP_S)
         _kill_group(proc.pid)
         proc.wait()
         elapsed = time.monotonic() - start
         report: dict = {}
-        for line in _drain(readers["report"]).decode().splitlines():
-            report.update(json.loads(line))
+        records = io.BytesIO(_drain(readers["report"]))
+        while records.tell() < len(records.getbuffer()):
+            report.update(marshal.load(records))
         result = _drain(readers["result"]) if "result" in readers else b""
         if report.get("unshare_failed"):
             _strict_failure.append(f"the host refused namespaces ({report['error']})")
@@ -480,6 +480,16 @@ def _launch(
         result,
         statuses,
     )
+
+
+def _exited_within(proc: subprocess.Popen, timeout_s: float) -> bool:
+    """Wait for ``proc`` to exit, at most ``timeout_s``; woken by a pidfd the moment it does
+    (``Popen.wait(timeout)`` polls with sleeps of up to 50 ms)."""
+    pidfd = os.pidfd_open(proc.pid)
+    try:
+        return bool(select.select([pidfd], [], [], timeout_s)[0])
+    finally:
+        os.close(pidfd)
 
 
 def _kill_group(pgid: int) -> None:
@@ -554,7 +564,7 @@ def run_tests(program: str, tests: str, entry_point: str, **limits: object) -> S
     )
     program_proc = _Proc(
         "program",
-        ("-I", "-c", harness, "program", "3", "4", "5"),
+        ("-I", "-S", "-c", harness, "program", "3", "4", "5"),
         ((0, "stdin"), *std, (3, "source"), (4, "call_r"), (5, "reply_w")),
     )
     result, written, statuses = _launch(
