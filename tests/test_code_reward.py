@@ -127,3 +127,20 @@ def test_every_canonical_humaneval_solution_scores_one() -> None:
         outcomes = dict(pool.map(passed, PROBLEMS.values()))
     assert len(outcomes) == 164
     assert [task for task, ok in outcomes.items() if not ok] == []
+
+
+def test_subclasses_of_plain_types_cross_as_their_plain_values() -> None:
+    tests = (
+        "def check(candidate):\n"
+        "    counts = candidate('abca')\n"
+        "    assert counts == {'a': 2, 'b': 1, 'c': 1} and type(counts) is dict\n"
+    )
+    program = "from collections import Counter\ndef count(s):\n    return Counter(s)\n"
+    assert code_passes(program, tests, "count") == 1.0
+    # A dict subclass claiming equality with everything arrives as its (wrong) plain contents.
+    liar = (
+        "class Liar(dict):\n"
+        "    def __eq__(self, other):\n        return True\n"
+        "def count(s):\n    return Liar(z=9)\n"
+    )
+    assert code_passes(liar, tests, "count") == 0.0

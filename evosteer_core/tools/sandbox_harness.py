@@ -24,10 +24,37 @@ import types
 _TAGS = ("t", "d", "s", "fs", "b", "c")
 
 
+_PLAIN = {
+    bool: bool,
+    int: int.__int__,
+    float: float.__float__,
+    str: str.__str__,
+    bytes: bytes,
+    complex: complex.__complex__,
+    list: list,
+    tuple: tuple,
+    dict: dict,
+    set: set,
+    frozenset: frozenset,
+}
+"""Each plain type and how an instance of a subclass becomes the plain value (checked in this
+order: ``bool`` before ``int``)."""
+
+
 def encode(value: object) -> object:
-    """``value`` as JSON data; only exact built-in types (no subclasses) can be encoded."""
+    """``value`` as JSON data. An instance of a subclass of a plain type crosses as the plain
+    value (``Counter`` → dict, a namedtuple → tuple, ``IntEnum`` → int): what arrives has
+    the built-in type and the built-in ``__eq__``. Anything else cannot cross."""
+    if value is None:
+        return None
     kind = type(value)
-    if value is None or kind in (bool, int, float, str):
+    if kind not in _PLAIN:
+        kind = next((k for k in _PLAIN if isinstance(value, k)), None)
+        if kind is None:
+            name = type(value).__name__
+            raise TypeError(f"a value of type {name} cannot cross the sandbox boundary")
+        value = _PLAIN[kind](value)
+    if kind in (bool, int, float, str):
         return value
     if kind is list:
         return [encode(v) for v in value]
@@ -35,15 +62,11 @@ def encode(value: object) -> object:
         return {"t": [encode(v) for v in value]}
     if kind is dict:
         return {"d": [[encode(k), encode(v)] for k, v in value.items()]}
-    if kind is set:
-        return {"s": [encode(v) for v in value]}
-    if kind is frozenset:
-        return {"fs": [encode(v) for v in value]}
+    if kind in (set, frozenset):
+        return {"s" if kind is set else "fs": [encode(v) for v in value]}
     if kind is bytes:
         return {"b": value.hex()}
-    if kind is complex:
-        return {"c": [value.real, value.imag]}
-    raise TypeError(f"a value of type {kind.__name__} cannot cross the sandbox boundary")
+    return {"c": [value.real, value.imag]}
 
 
 def decode(data: object) -> object:
