@@ -30,11 +30,21 @@ class BudgetLimits:
     token_scale: float = 1.0
 
     def __post_init__(self) -> None:
-        for name in ("total_tokens", "tool_calls", "model_calls", "max_actions", "env_steps"):
+        counts = (
+            "total_tokens",
+            "tool_calls",
+            "model_calls",
+            "max_actions",
+            "env_steps",
+            "node_env_steps",
+            "node_model_calls_interactive",
+        )
+        for name in counts:
             if getattr(self, name) < 0:
                 raise ValueError(f"budget.{name} must be >= 0, got {getattr(self, name)}")
-        if self.wall_time_s <= 0 or self.token_scale <= 0:
-            raise ValueError("budget.wall_time_s and budget.token_scale must be > 0")
+        for name in ("wall_time_s", "decision_deadline_s", "token_scale"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"budget.{name} must be > 0, got {getattr(self, name)}")
 
 
 class BudgetLedger:

@@ -27,14 +27,21 @@ def test_reference_limits() -> None:
 
 @pytest.mark.parametrize(
     ("field", "value"),
-    [("total_tokens", -1), ("tool_calls", -2), ("model_calls", -1), ("max_actions", -1)],
+    [
+        ("total_tokens", -1),
+        ("tool_calls", -2),
+        ("model_calls", -1),
+        ("max_actions", -1),
+        ("node_env_steps", -1),
+        ("node_model_calls_interactive", -3),
+    ],
 )
 def test_negative_limits_are_rejected_naming_the_field(field: str, value: int) -> None:
     with pytest.raises(ValueError, match=field):
         BudgetLimits(**{field: value})
 
 
-@pytest.mark.parametrize("field", ["wall_time_s", "token_scale"])
+@pytest.mark.parametrize("field", ["wall_time_s", "decision_deadline_s", "token_scale"])
 def test_non_positive_time_or_scale_rejected(field: str) -> None:
     with pytest.raises(ValueError, match=field):
         BudgetLimits(**{field: 0})
