@@ -7,6 +7,16 @@ episode solver → verifier (python) → finalizer runs through the interleaved 
 the program the output node produced. A 135M model seldom solves problems, so the reward may
 well be 0: the test checks that it is the *right* number, not that it is high.
 
+A second episode puts a SmolLM2 solver into a generated TextWorld game (the ``openai``
+executor's real interactive environment): every model call, every ``<act>`` command that
+reaches the game, every observation sent back and every charged step is checked against the
+server's replies and against a replay of the same commands in a fresh copy of the game, whose
+own ``won`` flag must be the reward. SmolLM2-135M has not been seen to write an ``<act>`` tag
+(it restates the objective instead; docs/executors.md), so its episode usually sends no command
+and ends when the budget is spent; the checks hold for any number of commands, and
+tests/test_world_executor.py drives commands into a real game over the same path with a
+scripted server.
+
 Kept lean so that it runs in the default suite: output tokens per call are capped (the test
 catalogue lowers the per-call limits), decoding is greedy, each model call gets one try with
 a bounded timeout (a retry would queue a second generation behind the first on the
@@ -17,6 +27,7 @@ shared, oversubscribed CPU two spinning OpenMP threads made generation ~9x slowe
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -33,10 +44,13 @@ import requests
 import yaml
 
 from evosteer_core.actions import Action
+from evosteer_core.benchmarks import load_benchmark
 from evosteer_core.benchmarks.metrics import complete_from_prompt, extract_program
 from evosteer_core.benchmarks.rewards import evaluate
 from evosteer_core.budget import BudgetLimits
-from evosteer_core.executors.openai import OpenAIExecutor
+from evosteer_core.executors.openai import TOOL_HELP, OpenAIExecutor
+from evosteer_core.executors.textworld_env import TextWorldFactory
+from evosteer_core.model_cache import cache_root
 from evosteer_core.records import TaskRecord
 from evosteer_core.roles import Catalogue, catalogue_from_dict
 from evosteer_core.smollm2 import smollm2_hf_folder
@@ -53,7 +67,7 @@ CALL_TIMEOUT_S = 300.0
 
 
 def _cache_dir() -> Path:
-    return Path(os.environ.get("EVOSTEER_CACHE", Path.home() / ".cache" / "evosteer")) / "models"
+    return cache_root() / "models"
 
 
 def _free_port() -> int:
@@ -103,15 +117,17 @@ def smollm2_server(tmp_path_factory) -> Iterator[tuple[str, str]]:
             proc.wait()
 
 
-def _catalogue() -> Catalogue:
-    """The reference catalogue with small per-call output limits, one python check for the
-    verifier, and an instruction that asks the verifier for a <python> block."""
+def _catalogue(output_tokens: int = OUTPUT_TOKENS, **overrides: dict) -> Catalogue:
+    """The reference catalogue with small per-call limits; ``overrides`` update single roles
+    (by default the verifier gets one python check and an instruction asking for it)."""
+    overrides = overrides or {
+        "verifier": {"instruction": VERIFIER_INSTRUCTION, "max_model_calls": 2, "max_tool_calls": 1}
+    }
     data = yaml.safe_load(resources.files("evosteer_core.data").joinpath("roles.yaml").read_text())
     for role in data["roles"]:
-        role["max_output_tokens"] = OUTPUT_TOKENS
+        role["max_output_tokens"] = output_tokens
         role["max_input_tokens"] = 2048
-        if role["role_id"] == "verifier":
-            role.update(instruction=VERIFIER_INSTRUCTION, max_model_calls=2, max_tool_calls=1)
+        role.update(overrides.get(role["role_id"], {}))
     return catalogue_from_dict(data, where="test catalogue")
 
 
@@ -207,6 +223,97 @@ def test_solver_verifier_finalizer_episode_on_smollm2(smollm2_server):
     verdict = check_correctness({**problem, "prompt": ""}, program, timeout=10.0)
     assert ep.reward == (1.0 if verdict["passed"] else 0.0), verdict["result"]
     print(f"reward {ep.reward} ({verdict['result']})")
+
+
+GAME_SPEC = {"id": "real-llm", "seed": 11, "rooms": 2, "objects": 3, "quest_length": 2}
+GAME_TOKENS = 32
+GAME_MAX_STEPS = 3
+ACT_INSTRUCTION = (
+    "Play the text adventure. Reply with exactly one game command inside <act></act> tags, "
+    "for example <act>go east</act> or <act>take key</act>."
+)
+_ACT_TAG = re.compile(r"<act>(.*?)</act>", re.DOTALL)
+
+
+@pytest.mark.timeout(600)
+def test_smollm2_solver_acts_in_a_generated_textworld_game(smollm2_server, tmp_path):
+    from evosteer_core.runtime import Episode
+
+    base_url, model = smollm2_server
+    spec_file = tmp_path / "games.jsonl"
+    spec_file.write_text(json.dumps({**GAME_SPEC, "max_steps": GAME_MAX_STEPS}) + "\n")
+    task = load_benchmark("textworld", spec_file)[0]
+    factory = TextWorldFactory(tmp_path / "cache")
+    executor = OpenAIExecutor(
+        base_url,
+        model,
+        temperature=0.0,
+        timeout_s=CALL_TIMEOUT_S,
+        max_retries=0,
+        environment_factory=factory,
+    )
+    calls: list[tuple[dict, dict]] = []  # (request payload, reply body) as they went over HTTP
+    executor._session.hooks["response"].append(
+        lambda resp, **_: calls.append((json.loads(resp.request.body), resp.json()))
+    )
+    limits = BudgetLimits(wall_time_s=3600.0, model_calls=3, env_steps=GAME_MAX_STEPS)
+    catalogue = _catalogue(GAME_TOKENS, solver={"instruction": ACT_INSTRUCTION})
+    start = time.monotonic()
+    ep = Episode(task, catalogue, limits, executor, evaluate, run_seed=0, episode_key="tw")
+    print(f"\ngame generated and started in {time.monotonic() - start:.1f} s")
+    env = ep.environment
+    opening = env.observe()
+    assert opening.startswith("Objective: ") and env.steps_done == 0
+
+    start = time.monotonic()
+    ep.apply(Action("ADD_AGENT", node_id="n0", role_id="solver"))
+    ep.apply(Action("SET_OUTPUT", node_id="n0"))
+    while not ep.stopped:  # STOP is legal once the game is over or the budget is spent
+        legal = ep.legal_actions()
+        rerun = Action("RERUN_AGENT", node_id="n0")
+        assert Action("STOP") in legal or rerun in legal, legal
+        ep.apply(Action("STOP") if Action("STOP") in legal else rerun)
+        assert len(ep.history) <= 8
+    print(f"episode wall time {time.monotonic() - start:.1f} s; ledger {ep.ledger.snapshot()}")
+
+    runs = [o.result for o in ep.history if o.result is not None]
+    assert len(calls) == sum(r.model_calls for r in runs) == ep.ledger.model_calls >= 1
+    # A fresh copy of the game, given the same commands, must show the model the same
+    # observations; its own won flag is the reward.
+    replay = factory(task, (0, "replay"))
+    assert replay.observe() == opening
+    replies = iter(calls)
+    acts = []
+    for run in runs:
+        own = [next(replies) for _ in range(run.model_calls)]
+        print(f"solver: {run.status} calls={run.model_calls} steps={run.env_steps}")
+        for i, (_, body) in enumerate(own):
+            print(f"  reply {i}: {body['choices'][0]['message']['content']!r}")
+        first_request = own[0][0]["messages"]
+        assert first_request[0]["role"] == "system"
+        assert TOOL_HELP["act"] in first_request[0]["content"]
+        observation = f"Environment observation:\n{replay.observe()}"
+        assert first_request[-1]["content"].endswith(observation)
+        assert run.status in ("ok", "truncated") and not run.usage_estimated
+        assert all(b["usage"]["completion_tokens"] <= GAME_TOKENS for _, b in own)
+        # Every call but the execution's last one ran the first <act> tag of its reply, and
+        # the next request carried that command's observation back to the model.
+        uses = [u for u in run.tool_uses if u.tool == "act"]
+        assert len(uses) == len(run.tool_uses) == run.env_steps == run.model_calls - 1
+        for use, (_, body), (next_request, _) in zip(uses, own, own[1:], strict=False):
+            tag = _ACT_TAG.search(body["choices"][0]["message"]["content"])
+            assert tag is not None and use.query == tag.group(1).strip()
+            assert next_request["messages"][-1]["content"] == f"<result>{use.result}</result>"
+            assert replay.step(use.query).observation[: len(use.result)] == use.result
+        acts += uses
+        last = own[-1][1]["choices"][0]
+        if _ACT_TAG.search(last["message"]["content"]) and last["finish_reason"] != "length":
+            # a complete command left unrun: the game or the budget had no step/call left
+            assert env.done or ep.ledger.model_calls == limits.model_calls
+    assert env.steps_done == replay.steps_done == len(acts) == ep.ledger.env_steps
+    assert (env.done, env.success) == (replay.done, replay.success)
+    assert ep.reward == float(replay.done and replay.success) == evaluate(task, None, env)
+    print(f"{len(acts)} commands reached the game: {[u.query for u in acts]}; reward {ep.reward}")
 
 
 def test_smollm2_gguf_is_located_without_importing_the_package(tmp_path):
