@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -143,3 +144,9 @@ def test_the_built_in_suite_and_a_spec_file_give_textworld_records():
     assert first.record_id == "textworld/house-a" and first.meta["max_steps"] == 50
     assert GameSpec.of(second) == GameSpec(seed=8, rooms=4, objects=8, quest_length=4)
     assert second.meta["max_steps"] == 30 and "30 commands" in second.prompt
+
+
+def test_a_missing_textworld_package_fails_when_the_factory_is_built(monkeypatch):
+    monkeypatch.setitem(sys.modules, "textworld", None)  # makes `import textworld` fail
+    with pytest.raises(RuntimeError, match="^executor.environment 'textworld' needs the textw"):
+        TextWorldFactory()

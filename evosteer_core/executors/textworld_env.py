@@ -142,6 +142,7 @@ class TextWorldFactory:
     name = "textworld"
 
     def __init__(self, cache_dir: Path | None = None) -> None:
+        _textworld()  # a missing package fails when the executor is built, not mid-rollout
         self.cache_dir = Path(cache_dir) if cache_dir is not None else cache_root()
 
     def check(self, task: TaskRecord) -> None:
