@@ -76,10 +76,17 @@ class SandboxConfig:
 
     ``allow_weak_sandbox``: where the host cannot give namespaces (not root, ``unshare``
     refused), run untrusted code with the weaker sandbox (a logged warning; every result
-    reports the protections in force) instead of refusing to run it.
+    reports the protections in force) instead of refusing to run it. ``packages``: installed
+    packages the sandbox shows read-only besides the standard library (MBPP+'s hidden tests
+    import numpy).
     """
 
     allow_weak_sandbox: bool = False
+    packages: tuple[str, ...] = ("numpy",)
+
+    def __post_init__(self) -> None:
+        bad = [p for p in self.packages if not p.isidentifier()]
+        _check(not bad, f"packages: expected top-level package names, got {bad}")
 
 
 @dataclass(frozen=True)

@@ -175,7 +175,8 @@ def build_world(cfg: RunConfig) -> World:
         overlap = {r.record_id for r in train} & {r.record_id for r in heldout}
         if overlap:
             raise ValueError(f"data: train and heldout slices overlap in {sorted(overlap)[:3]}")
-    sandbox.configure(allow_weak_sandbox=cfg.executor.sandbox.allow_weak_sandbox)
+    box = cfg.executor.sandbox
+    sandbox.configure(allow_weak_sandbox=box.allow_weak_sandbox, packages=box.packages)
     catalogue, executor = default_catalogue(), build_executor(cfg)
     check_executor_support(cfg, catalogue, executor, train + heldout)
     return World(

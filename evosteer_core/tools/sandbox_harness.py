@@ -142,9 +142,10 @@ def _receive(replies: object) -> dict:
 
 
 def _exception(name: object, text: object) -> Exception:
-    """The candidate's exception as the built-in class of that name (else RuntimeError)."""
+    """The candidate's exception as the built-in class of that name, else RuntimeError; import
+    errors too, so that an ImportError in this process always is the tests' own import."""
     cls = getattr(builtins, name, None) if type(name) is str else None
-    if isinstance(cls, type) and issubclass(cls, Exception):
+    if isinstance(cls, type) and issubclass(cls, Exception) and not issubclass(cls, ImportError):
         return cls(str(text))
     return RuntimeError(f"{name}: {text}")
 
@@ -179,14 +180,20 @@ def run_checks(payload_fd: int, reply_fd: int, call_fd: int, result_fd: int) -> 
     entry_point = payload["entry_point"]
     if entry_point is not None:
         namespace[entry_point] = proxy(entry_point)
-    exec(compile(payload["tests"], "tests.py", "exec"), namespace)
-    if payload["check"]:
-        namespace["check"](proxy(entry_point))  # type: ignore[operator]
+    try:
+        exec(compile(payload["tests"], "tests.py", "exec"), namespace)
+        if payload["check"]:
+            namespace["check"](proxy(entry_point))  # type: ignore[operator]
+    except ImportError as exc:
+        os.write(result_fd, b"missing module: " + str(exc.name).encode())
+        raise
     os.write(result_fd, sentinel)
     os.close(result_fd)
 
 
 if __name__ == "__main__":
     sys.set_int_max_str_digits(0)
-    role, fds = sys.argv[1], [int(a) for a in sys.argv[2:]]
+    role, site_dir, fds = sys.argv[1], sys.argv[2], [int(a) for a in sys.argv[3:]]
+    if site_dir:
+        sys.path.append(site_dir)  # the packages the sandbox shows (run with -S: no site)
     (serve_program if role == "program" else run_checks)(*fds)

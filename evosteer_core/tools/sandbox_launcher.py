@@ -4,8 +4,8 @@ else is set up); docs/executors.md ("Python sandbox") describes the mechanism.
 
 Strict mode: ``unshare`` new mount, PID, network, IPC and UTS namespaces, fork the run's init
 (PID 1 of the new PID namespace), which builds a read-only root on a tmpfs (bind mounts of
-the interpreter, its standard library and shared libraries, a few devices, and the run's
-private work folder as ``/tmp``), switches to it with ``pivot_root`` and forks the run's
+the interpreter, its standard library and shared libraries, the configured packages in its
+site folder, a few devices, and the run's private work folder as ``/tmp``), switches to it with ``pivot_root`` and forks the run's
 processes under per-run uids. When init exits the kernel kills every process left in the
 namespace, and the launcher's ``waitpid`` returns only after they are gone. Weak mode (the
 caller explicitly accepted it) skips the namespaces: same limits and uids, and the processes
@@ -91,6 +91,13 @@ def build_root(cfg: dict) -> str:
         _bind(src, new_root + dst, is_dir, ro)
     for dst in cfg["masks"]:
         _mount("tmpfs", new_root + dst, "tmpfs", ro, "size=4k,mode=0555")
+    if cfg["site"]:
+        site = new_root + cfg["site"]["path"]
+        _mountpoint(site, True)
+        _mount("tmpfs", site, "tmpfs", MS_NOSUID | MS_NODEV, "size=4k,mode=0755")
+        for src, name, is_dir in cfg["site"]["packages"]:
+            _bind(src, f"{site}/{name}", is_dir, ro)
+        _mount(None, site, None, MS_BIND | MS_REMOUNT | ro, None)
     for dev in cfg["devices"]:
         _bind(dev, new_root + dev, False, MS_NOSUID | MS_NOEXEC)
     _bind(cfg["work_dir"], new_root + "/tmp", True, MS_NOSUID | MS_NODEV)
