@@ -5,10 +5,12 @@ network. The full sandbox needs root (CI runs as root); elsewhere these tests ar
 from __future__ import annotations
 
 import importlib.util
+import json
 import logging
 import os
 import secrets
 import socket
+import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -317,3 +319,56 @@ def test_configured_packages_are_shown_read_only_and_nothing_else_of_site_packag
     r = run_python(code)
     assert r.stdout.strip() == "6 ['numpy', 'numpy.libs']"
     assert "Read-only file system" in r.stderr
+
+
+UNPRIVILEGED_CALLER = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from evosteer_core.tools import sandbox
+sandbox.configure(allow_weak_sandbox=False, packages=())
+token = sys.argv[2]
+survivor = (
+    "import os, sys\\n"
+    "if os.fork() == 0:\\n"
+    "    os.setsid()\\n"
+    "    os.execv(sys.executable, [sys.executable, '-c', 'import time; time.sleep(60)', "
+    + repr(token) + "])\\n"
+)
+view = sandbox.run_python("import os\\nprint(sorted(os.listdir('/')))\\nopen('/etc/passwd')")
+tests = "def check(candidate):\\n    assert candidate(2, 3) == 5\\n"
+print(json.dumps({
+    "view": [view.stdout, view.stderr, view.weak],
+    "net": sandbox.run_python("import socket\\nsocket.create_connection(('127.0.0.1', 9))").stderr,
+    "survivor": sandbox.run_python(survivor).ok,
+    "pass": sandbox.run_tests("def add(a, b):\\n    return a + b\\n", tests, "add").tests_passed,
+    "exit": sandbox.run_tests("import os\\ndef add(a, b):\\n    return 0\\nos._exit(0)", tests, "add").tests_passed,
+}))
+"""
+
+
+@pytest.mark.skipif(not Path("/usr/bin/python3.11").exists(), reason="needs Debian's python3.11")
+def test_a_caller_that_is_not_root_gets_the_full_sandbox_through_a_user_namespace():
+    """The venv's Python lives under /root, so the unprivileged caller is Debian's
+    python3.11 running this repository's sandbox module as a uid with no rights."""
+    token = secrets.token_hex(8)
+
+    def become_nobody() -> None:
+        os.setgroups([])
+        os.setgid(1_400_000_000)
+        os.setuid(1_400_000_000)
+
+    out = subprocess.run(
+        ["/usr/bin/python3.11", "-I", "-c", UNPRIVILEGED_CALLER, str(REPO), token],
+        preexec_fn=become_nobody,
+        capture_output=True,
+        text=True,
+        cwd="/tmp",
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    listing, stderr, weak = report["view"]
+    assert listing.strip() == "['dev', 'etc', 'lib', 'lib64', 'tmp', 'usr']" and not weak
+    assert "FileNotFoundError" in stderr and "Network is unreachable" in report["net"]
+    assert report["survivor"] and _processes_with(token) == []
+    assert report["pass"] is True and report["exit"] is False

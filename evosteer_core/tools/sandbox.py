@@ -2,19 +2,21 @@
 
 Mechanism (details, the escape table and the limits in docs/executors.md):
 
-- a trusted launcher (``sandbox_launcher.py``, run as root) puts the run into new mount,
-  PID, network, IPC and UTS namespaces; the run's init (PID 1 there) builds a read-only root
+- a trusted launcher (``sandbox_launcher.py``) puts the run into new mount, PID, network,
+  IPC and UTS namespaces (and a user namespace when the caller is not root); the run's init (PID 1 there) builds a read-only root
   holding only the interpreter, its standard library and shared libraries, ``/dev/null`` and
   friends, and the run's private, writable ``/tmp`` (a fresh folder, removed afterwards);
-- every process of the run has a per-run uid (no supplementary groups, ``no_new_privs``) and
+- every process of the run has a per-run uid (as root; else the caller's uid mapped in the
+  user namespace, without capabilities), no supplementary groups, ``no_new_privs`` and
   resource limits: ``RLIMIT_CPU``, ``RLIMIT_AS``, ``RLIMIT_FSIZE``, ``RLIMIT_NPROC``;
 - a wall-clock timeout; when the run's main process ends (or the wall time is up) init
   exits, and the kernel kills every process left in the PID namespace before we return;
-- code rewards (``run_tests``) run the program and the hidden tests in two processes with
-  different uids (``sandbox_harness.py``): the tests prove they finished by writing a per-run
+- code rewards (``run_tests``) run the program and the hidden tests in two processes
+  (``sandbox_harness.py``; different uids as root, a non-dumpable tests process otherwise):
+  the tests prove they finished by writing a per-run
   random sentinel that the program never sees.
 
-Where the host cannot give namespaces (not root, or ``unshare`` refused) nothing runs unless
+Where the host refuses the namespaces (``unshare`` fails) nothing runs unless
 the caller accepted a weaker sandbox (``configure(allow_weak_sandbox=True)``, config key
 ``executor.sandbox.allow_weak_sandbox``); each result says which protections were in force.
 """
@@ -90,9 +92,10 @@ class SandboxResult:
     ``killed_reason`` names the limit that stopped the program (``cpu``, ``wall``, ``memory``,
     ``file_size``) or is None. The four booleans say which protections were in force:
     ``filesystem_isolated`` (private read-only view), ``processes_contained`` (every process
-    of the run killed at its end), ``network_isolated``, ``privileges_dropped`` (per-run
-    uid). ``tests_passed`` is set by ``run_tests`` only: the tests process wrote this run's
-    sentinel after every test ran and passed.
+    of the run killed at its end), ``network_isolated``, ``privileges_dropped`` (a per-run
+    uid as root, a mapped uid without capabilities otherwise). ``tests_passed`` is set by
+    ``run_tests`` only: the tests process wrote this run's sentinel after every test ran and
+    passed.
     """
 
     stdout: str
@@ -318,9 +321,8 @@ class _Limits:
 
 
 def _host_cannot_isolate() -> str | None:
-    """Why this host cannot give the full sandbox, or None when it can (as far as known)."""
-    if os.geteuid() != 0:
-        return f"namespaces and per-run uids need root (running as uid {os.geteuid()})"
+    """Why this host cannot give the full sandbox (a failed ``unshare`` of this process), or
+    None when it can as far as known."""
     return _strict_failure[0] if _strict_failure else None
 
 
@@ -403,7 +405,7 @@ def _launch(
         if mode == "weak":
             cwd = home = str(work)
             run_dir.chmod(0o711)  # the run's uid must reach its work folder on the host
-        base = UID_BASE + 2 * secrets.randbelow(UID_SPAN // 2)
+        base = UID_BASE + 2 * secrets.randbelow(UID_SPAN // 2)  # (tests uid: base + 1)
         for name, text in work_files.items():
             (work / name).write_text(text)
             if drop:
@@ -429,6 +431,7 @@ def _launch(
         config = {
             "mode": mode,
             "drop": drop,
+            "userns": mode == "strict" and not drop,
             "root_dir": str(root),
             "work_dir": str(work),
             "binds": view.binds if view else [],
@@ -448,7 +451,7 @@ def _launch(
             "procs": [
                 {
                     "role": p.role,
-                    "uid": base + p.tests_uid,
+                    "uid": base + (p.tests_uid and drop),
                     "nproc": _TESTS_PROCESS_NPROC if p.tests_uid else limits.max_processes,
                     "argv": [python, *(site_dir if a == _SITE else a for a in p.args)],
                     "cwd": "/" if p.tests_uid and mode == "strict" else cwd,
@@ -518,7 +521,7 @@ def _launch(
             timed_out=wall_killed,
             killed_reason=_killed_reason(returncode, stderr, wall_killed),
             network_isolated=bool(report.get("network")),
-            privileges_dropped=drop,
+            privileges_dropped=drop or mode == "strict",
             filesystem_isolated=mode == "strict",
             processes_contained=mode == "strict" or drop,
             wall_s=elapsed,

@@ -16,12 +16,14 @@ visible. docs/executors.md ("Code reward") gives the protocol and its threat mod
 from __future__ import annotations
 
 import builtins
+import ctypes
 import json
 import os
 import sys
 import types
 
 _TAGS = ("t", "d", "s", "fs", "b", "c")
+PR_SET_DUMPABLE = 4
 
 
 _PLAIN = {
@@ -151,7 +153,12 @@ def _exception(name: object, text: object) -> Exception:
 
 
 def run_checks(payload_fd: int, reply_fd: int, call_fd: int, result_fd: int) -> None:
-    """Run the hidden tests against the program process; the sentinel proves they finished."""
+    """Run the hidden tests against the program process; the sentinel proves they finished.
+
+    The process first makes itself non-dumpable: where the program shares its uid (a caller
+    that is not root, one mapped uid), that still forbids tracing it or reading its memory.
+    """
+    ctypes.CDLL(None).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
     payload = json.loads(_read_fd(payload_fd))
     sentinel = payload.pop("sentinel").encode()
     calls, replies = os.fdopen(call_fd, "wb"), os.fdopen(reply_fd, "rb")

@@ -2,7 +2,8 @@
 ``python -I -S sandbox_launcher.py CONFIG``. Standard library only (it runs before anything
 else is set up); docs/executors.md ("Python sandbox") describes the mechanism.
 
-Strict mode: ``unshare`` new mount, PID, network, IPC and UTS namespaces, fork the run's init
+Strict mode: ``unshare`` new mount, PID, network, IPC and UTS namespaces (and, for a caller
+that is not root, a user namespace mapping its own uid), fork the run's init
 (PID 1 of the new PID namespace), which builds a read-only root on a tmpfs (bind mounts of
 the interpreter, its standard library and shared libraries, the configured packages in its
 site folder, a few devices, and the run's private work folder as ``/tmp``), switches to it with ``pivot_root`` and forks the run's
@@ -27,6 +28,7 @@ import sys
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUTS = 0x04000000
 CLONE_NEWIPC = 0x08000000
+CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
 MS_RDONLY = 1
@@ -34,9 +36,20 @@ MS_NOSUID = 2
 MS_NODEV = 4
 MS_NOEXEC = 8
 MS_REMOUNT = 32
+MS_NOATIME = 1024
+MS_NODIRATIME = 2048
 MS_BIND = 4096
 MS_REC = 16384
 MS_PRIVATE = 1 << 18
+MS_RELATIME = 1 << 21
+_KEPT = (
+    (os.ST_NOSUID, MS_NOSUID),
+    (os.ST_NODEV, MS_NODEV),
+    (os.ST_NOEXEC, MS_NOEXEC),
+    (os.ST_NOATIME, MS_NOATIME),
+    (os.ST_NODIRATIME, MS_NODIRATIME),
+    (os.ST_RELATIME, MS_RELATIME),
+)
 MNT_DETACH = 2
 PR_SET_NO_NEW_PRIVS = 38
 SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}.get(os.uname().machine)
@@ -74,10 +87,13 @@ def _mountpoint(path: str, is_dir: bool) -> None:
 
 
 def _bind(src: str, dst: str, is_dir: bool, flags: int) -> None:
-    """Bind ``src`` on ``dst`` and remount it with ``flags`` (read-only needs the remount)."""
+    """Bind ``src`` on ``dst`` and remount it with ``flags`` (read-only needs the remount),
+    keeping the source mount's own restrictions (in a user namespace they are locked)."""
     _mountpoint(dst, is_dir)
     _mount(src, dst, None, MS_BIND | MS_REC, None)
-    _mount(None, dst, None, MS_BIND | MS_REMOUNT | flags, None)
+    source = os.statvfs(src).f_flag
+    kept = sum(ms for st, ms in _KEPT if source & st)
+    _mount(None, dst, None, MS_BIND | MS_REMOUNT | flags | kept, None)
 
 
 def build_root(cfg: dict) -> str:
@@ -135,7 +151,7 @@ def _exec(proc: dict, cfg: dict) -> None:
         os.chdir(proc["cwd"])
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGALRM, signal.SIG_DFL)
-        _set_limits(cfg["limits"], proc["nproc"] if cfg["drop"] else 0)
+        _set_limits(cfg["limits"], proc["nproc"] if cfg["drop"] or cfg["userns"] else 0)
         if cfg["drop"]:
             os.setgroups([])
             os.setgid(proc["uid"])
@@ -193,6 +209,18 @@ def kill_uid(uid: int) -> None:
             return
 
 
+def _map_ids(inner: int, uid: int, gid: int) -> None:
+    """In a new user namespace: map the caller's uid and gid (the only ones an unprivileged
+    caller may map) to ``inner``. The run's processes then exec as ``inner``, a non-zero
+    uid, so they keep no capability; init keeps the namespace's until it exits."""
+    with open("/proc/self/setgroups", "w") as f:
+        f.write("deny")
+    with open("/proc/self/uid_map", "w") as f:
+        f.write(f"{inner} {uid} 1")
+    with open("/proc/self/gid_map", "w") as f:
+        f.write(f"{inner} {gid} 1")
+
+
 def main() -> None:
     with open(sys.argv[1], "rb") as f:
         cfg = marshal.load(f)
@@ -203,9 +231,13 @@ def main() -> None:
 
     if cfg["mode"] == "strict":
         flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS
-        if _libc.unshare(flags) != 0:
-            err = ctypes.get_errno()
-            report(error=f"unshare: {os.strerror(err)} (errno {err})", unshare_failed=True)
+        uid, gid = os.getuid(), os.getgid()
+        try:
+            _check(_libc.unshare(flags | (CLONE_NEWUSER if cfg["userns"] else 0)), "unshare")
+            if cfg["userns"]:
+                _map_ids(cfg["procs"][0]["uid"], uid, gid)
+        except (SetupError, OSError) as exc:
+            report(error=str(exc), unshare_failed=True)
             sys.exit(3)
         report(network=True, mounts=True, pids=True)
     else:
