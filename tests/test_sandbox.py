@@ -336,7 +336,17 @@ survivor = (
 )
 view = sandbox.run_python("import os\\nprint(sorted(os.listdir('/')))\\nopen('/etc/passwd')")
 tests = "def check(candidate):\\n    assert candidate(2, 3) == 5\\n"
+tracer = (
+    "import ctypes, os\\n"
+    "libc = ctypes.CDLL(None)\\n"
+    "for pid in range(1, 64):\\n"
+    "    if pid != os.getpid() and libc.ptrace(16, pid, 0, 0) == 0:\\n"
+    "        print('attached', pid, flush=True)\\n"
+    "def add(a, b):\\n    return 0\\n"
+)
+traced = sandbox.run_tests(tracer, tests, "add")
 print(json.dumps({
+    "traced": [traced.stdout, traced.tests_passed],
     "view": [view.stdout, view.stderr, view.weak],
     "net": sandbox.run_python("import socket\\nsocket.create_connection(('127.0.0.1', 9))").stderr,
     "survivor": sandbox.run_python(survivor).ok,
@@ -372,3 +382,5 @@ def test_a_caller_that_is_not_root_gets_the_full_sandbox_through_a_user_namespac
     assert "FileNotFoundError" in stderr and "Network is unreachable" in report["net"]
     assert report["survivor"] and _processes_with(token) == []
     assert report["pass"] is True and report["exit"] is False
+    # The program shares the tests process's uid here, yet cannot attach to it.
+    assert report["traced"] == ["", False]

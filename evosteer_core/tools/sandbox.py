@@ -58,6 +58,7 @@ _MASKED = ("site-packages", "dist-packages")
 _TESTS_PROCESS_NPROC = 4
 _BACKSTOP_S = 30.0
 _SITE = "{site}"  # replaced in a process's arguments by the interpreter's site folder
+_SHARED_UID = "{shared}"  # replaced by "1" where the program and the tests share one uid
 _MISSING = b"missing module: "  # what the tests process reports when a tests' import fails
 _DEFINES_CHECK = re.compile(r"^def\s+check\s*\(", re.M)
 
@@ -428,6 +429,7 @@ def _launch(
             else:
                 opened[name + "_r"], opened[name + "_w"] = r, w
         env = {"PATH": "/usr/bin:/bin", "HOME": home, "LANG": "C.UTF-8"}
+        fill = {_SITE: site_dir, _SHARED_UID: "" if drop else "1"}
         config = {
             "mode": mode,
             "drop": drop,
@@ -453,7 +455,7 @@ def _launch(
                     "role": p.role,
                     "uid": base + (p.tests_uid and drop),
                     "nproc": _TESTS_PROCESS_NPROC if p.tests_uid else limits.max_processes,
-                    "argv": [python, *(site_dir if a == _SITE else a for a in p.args)],
+                    "argv": [python, *(fill.get(a, a) for a in p.args)],
                     "cwd": "/" if p.tests_uid and mode == "strict" else cwd,
                     "env": env,
                     "fds": p.fds,
@@ -607,13 +609,13 @@ def run_tests(program: str, tests: str, entry_point: str, **limits: object) -> S
     std = ((1, "stdout"), (2, "stderr"))
     tests_proc = _Proc(
         "tests",
-        ("-I", "-S", "-c", harness, "tests", _SITE, "3", "4", "5", "6"),
+        ("-I", "-S", "-c", harness, "tests", _SITE, _SHARED_UID, "3", "4", "5", "6"),
         ((0, "devnull"), *std, (3, "payload"), (4, "reply_r"), (5, "call_w"), (6, "result")),
         tests_uid=True,
     )
     program_proc = _Proc(
         "program",
-        ("-I", "-S", "-c", harness, "program", _SITE, "3", "4", "5"),
+        ("-I", "-S", "-c", harness, "program", _SITE, _SHARED_UID, "3", "4", "5"),
         ((0, "stdin"), *std, (3, "source"), (4, "call_r"), (5, "reply_w")),
     )
     result, written, statuses = _launch(

@@ -16,7 +16,6 @@ visible. docs/executors.md ("Code reward") gives the protocol and its threat mod
 from __future__ import annotations
 
 import builtins
-import ctypes
 import json
 import os
 import sys
@@ -152,13 +151,17 @@ def _exception(name: object, text: object) -> Exception:
     return RuntimeError(f"{name}: {text}")
 
 
-def run_checks(payload_fd: int, reply_fd: int, call_fd: int, result_fd: int) -> None:
+def run_checks(payload_fd: int, reply_fd: int, call_fd: int, result_fd: int, shared: bool) -> None:
     """Run the hidden tests against the program process; the sentinel proves they finished.
 
-    The process first makes itself non-dumpable: where the program shares its uid (a caller
-    that is not root, one mapped uid), that still forbids tracing it or reading its memory.
+    Where the program shares this process's uid (``shared``: a caller that is not root has
+    one mapped uid) it first makes itself non-dumpable, which still forbids the program to
+    trace it or read its memory.
     """
-    ctypes.CDLL(None).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    if shared:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
     payload = json.loads(_read_fd(payload_fd))
     sentinel = payload.pop("sentinel").encode()
     calls, replies = os.fdopen(call_fd, "wb"), os.fdopen(reply_fd, "rb")
@@ -200,7 +203,11 @@ def run_checks(payload_fd: int, reply_fd: int, call_fd: int, result_fd: int) -> 
 
 if __name__ == "__main__":
     sys.set_int_max_str_digits(0)
-    role, site_dir, fds = sys.argv[1], sys.argv[2], [int(a) for a in sys.argv[3:]]
+    role, site_dir, shared = sys.argv[1:4]
+    fds = [int(a) for a in sys.argv[4:]]
     if site_dir:
         sys.path.append(site_dir)  # the packages the sandbox shows (run with -S: no site)
-    (serve_program if role == "program" else run_checks)(*fds)
+    if role == "program":
+        serve_program(*fds)
+    else:
+        run_checks(*fds, shared=shared == "1")
