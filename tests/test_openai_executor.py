@@ -16,7 +16,15 @@ from evosteer_core.executors.base import (
     Executor,
     NodeRequest,
 )
-from evosteer_core.executors.openai import OpenAIExecutor, estimate_tokens
+from evosteer_core.executors.openai import (
+    ACT_BY_REPLY_HELP,
+    ACT_DEMO,
+    COMMAND_MAX_WORDS,
+    TOOL_HELP,
+    OpenAIExecutor,
+    estimate_tokens,
+    reply_command,
+)
 from evosteer_core.records import TaskRecord
 from evosteer_core.roles import default_catalogue
 from evosteer_core.seeding import derive_seed
@@ -318,3 +326,115 @@ def test_bad_configuration_is_rejected():
         OpenAIExecutor("localhost:8000", "m")
     with pytest.raises(ValueError, match="max_retries"):
         OpenAIExecutor("http://127.0.0.1:1/v1", "m", max_retries=-1)
+
+
+def _demo_messages() -> list[dict[str, str]]:
+    """ACT_DEMO as the conversation shows it: observations framed as real ones are."""
+    out = []
+    for i, (shown, command) in enumerate(ACT_DEMO):
+        content = f"<result>{shown}</result>" if i else f"Environment observation:\n{shown}"
+        out += [{"role": "user", "content": content}, {"role": "assistant", "content": command}]
+    return out
+
+
+def test_an_interactive_reply_without_a_tag_is_one_command(fake):
+    env = CounterEnvironment()
+    fake.script = [
+        (200, reply("> inc\nThe counter rises to 1.")),
+        (200, reply("Command: `inc`.")),
+        (200, reply('  "jump"  ')),
+        (200, reply("**inc**")),
+        (200, reply("inc")),  # the world is done: not run
+    ]
+    req = request(role_id="solver", tools=(), model_calls=6, environment=env, env_steps=5)
+    res = executor(fake).run_node(req)
+    assert [u.query for u in res.tool_uses] == ["inc", "inc", "jump", "inc"]
+    assert [u.ok for u in res.tool_uses] == [True, True, False, True]
+    assert res.env_steps == env.steps_done == 4 and res.tool_calls == 0 and env.success
+    assert res.model_calls == 5 and (res.status, res.text) == ("ok", "inc")
+    first = fake.requests[0]["messages"]
+    assert first[0] == {
+        "role": "system",
+        "content": ACT_BY_REPLY_HELP
+        + "\nUse at most one tool call per reply and wait for its result.",
+    }
+    assert first[1:-1] == _demo_messages()
+    assert first[-1] == {
+        "role": "user",
+        "content": req.prompt + "\n\nEnvironment observation:\ncounter=0",
+    }
+    # the reply is kept up to its command line; the observation goes back as the next turn
+    assert fake.requests[1]["messages"][-2:] == [
+        {"role": "assistant", "content": "> inc"},
+        {"role": "user", "content": "<result>counter=1</result>"},
+    ]
+    assert fake.requests[3]["messages"][-2]["content"] == '  "jump"  '
+
+
+@pytest.mark.parametrize(
+    ("text", "command"),
+    [
+        ("go north", "go north"),
+        ("\n\n  > open fridge  \nYou open the fridge.", "open fridge"),
+        ("Action: take apple from fridge.", "take apple from fridge"),
+        ("COMMAND:'unlock chest with key'", "unlock chest with key"),
+        (" ".join(["w"] * COMMAND_MAX_WORDS), " ".join(["w"] * COMMAND_MAX_WORDS)),
+        (" ".join(["w"] * (COMMAND_MAX_WORDS + 1)), None),
+        ("", None),
+        (" \n\t\n", None),
+        ("> ...", None),
+        ("<python>print(1)", None),  # a tool call, even unclosed, is not a command
+        ("go north <act>go south</act>", None),
+    ],
+)
+def test_a_bare_command_is_the_first_line_if_it_is_short(text, command):
+    found = reply_command(text)
+    assert (found[0] if found else None) == command
+    if found:
+        assert command in text[: found[1]] and "\n" not in text[: found[1]].strip()
+
+
+def test_the_planner_and_tasks_without_a_world_keep_the_tag_protocol(fake):
+    # no environment: a short reply is the node's output, the conversation is unchanged
+    fake.script = [(200, reply("42")), (200, reply("The answer is 42."))]
+    res = executor(fake).run_node(request(role_id="solver", tools=(), model_calls=3))
+    assert res.model_calls == 1 and res.env_steps == 0 and res.text == "42"
+    assert fake.requests[0]["messages"] == [{"role": "user", "content": request().prompt}]
+    res = executor(fake).run_node(request())  # the verifier's python line only, no demo
+    assert [m["role"] for m in fake.requests[1]["messages"]] == ["system", "user"]
+    assert fake.requests[1]["messages"][0]["content"].startswith(TOOL_HELP["python"])
+    # the planner writes plans: a short line is not a command; an explicit <act> still is
+    env = CounterEnvironment()
+    fake.requests.clear()
+    fake.script = [(200, reply("inc")), (200, reply("<act>inc</act>")), (200, reply("Plan."))]
+    planner = request(role_id="planner", tools=(), model_calls=3, environment=env, env_steps=3)
+    res = executor(fake).run_node(planner)
+    assert res.model_calls == 1 and env.steps_done == 0
+    assert [m["role"] for m in fake.requests[0]["messages"]] == ["system", "user"]
+    assert fake.requests[0]["messages"][0]["content"].startswith(TOOL_HELP["act"])
+    res = executor(fake).run_node(planner)
+    assert [u.query for u in res.tool_uses] == ["inc"] and res.model_calls == 2
+
+
+def test_bare_commands_stop_at_the_step_call_and_token_limits(fake):
+    env = CounterEnvironment()
+    fake.script = [(200, reply("jump"))] * 3
+    res = executor(fake).run_node(
+        request(role_id="solver", tools=(), model_calls=5, environment=env, env_steps=2)
+    )
+    assert res.env_steps == env.steps_done == 2 and res.model_calls == 3  # no step left
+    fake.script = [(200, reply("jump"))] * 2
+    res = executor(fake).run_node(
+        request(role_id="solver", tools=(), model_calls=2, environment=env, env_steps=5)
+    )
+    assert res.env_steps == 1 and res.model_calls == 2  # the last allowed reply is not run
+    # no later call could read the observation: the command is not sent, the budget holds
+    fake.requests.clear()
+    fake.script = [(200, reply("jump", usage=(150, 5)))]
+    req = _with_total(
+        request(role_id="solver", tools=(), model_calls=5, environment=env, env_steps=5), 300
+    )
+    res = executor(fake).run_node(req)
+    assert sum(estimate_tokens(m["content"]) for m in fake.requests[0]["messages"]) < 300
+    assert (res.status, res.failure_kind) == ("truncated", "token_budget")
+    assert res.env_steps == 0 and env.steps_done == 3 and res.tokens_in + res.tokens_out == 155

@@ -8,14 +8,12 @@ the program the output node produced. A 135M model seldom solves problems, so th
 well be 0: the test checks that it is the *right* number, not that it is high.
 
 A second episode puts a SmolLM2 solver into a generated TextWorld game (the ``openai``
-executor's real interactive environment): every model call, every ``<act>`` command that
-reaches the game, every observation sent back and every charged step is checked against the
-server's replies and against a replay of the same commands in a fresh copy of the game, whose
-own ``won`` flag must be the reward. SmolLM2-135M has not been seen to write an ``<act>`` tag
-(it restates the objective instead; docs/executors.md), so its episode usually sends no command
-and ends when the budget is spent; the checks hold for any number of commands, and
-tests/test_world_executor.py drives commands into a real game over the same path with a
-scripted server.
+executor's real interactive environment). A solver acts by reply (docs/executors.md,
+"Commands without a tag"): after the executor's demonstration its bare replies are commands.
+The test asserts that the model acted (at least one of its commands reached the game) and
+checks every model call, every command (it occurs in the model's reply), every observation
+sent back and every charged step against the server's replies and against a replay of the
+same commands in a fresh copy of the game, whose own ``won`` flag must be the reward.
 
 Kept lean so that it runs in the default suite: output tokens per call are capped (the test
 catalogue lowers the per-call limits), decoding is greedy, each model call gets one try with
@@ -48,7 +46,12 @@ from evosteer_core.benchmarks import load_benchmark
 from evosteer_core.benchmarks.metrics import complete_from_prompt, extract_program
 from evosteer_core.benchmarks.rewards import evaluate
 from evosteer_core.budget import BudgetLimits
-from evosteer_core.executors.openai import TOOL_HELP, OpenAIExecutor
+from evosteer_core.executors.openai import (
+    ACT_BY_REPLY_HELP,
+    ACT_DEMO,
+    OpenAIExecutor,
+    reply_command,
+)
 from evosteer_core.executors.textworld_env import TextWorldFactory
 from evosteer_core.model_cache import cache_root
 from evosteer_core.records import TaskRecord
@@ -228,11 +231,17 @@ def test_solver_verifier_finalizer_episode_on_smollm2(smollm2_server):
 GAME_SPEC = {"id": "real-llm", "seed": 11, "rooms": 2, "objects": 3, "quest_length": 2}
 GAME_TOKENS = 32
 GAME_MAX_STEPS = 3
-ACT_INSTRUCTION = (
-    "Play the text adventure. Reply with exactly one game command inside <act></act> tags, "
-    "for example <act>go east</act> or <act>take key</act>."
-)
+GAME_MODEL_CALLS = 4
 _ACT_TAG = re.compile(r"<act>(.*?)</act>", re.DOTALL)
+
+
+def _command_of(reply: str) -> str | None:
+    """The command a reply states: its first complete <act> tag, else its bare command."""
+    tag = _ACT_TAG.search(reply)
+    if tag is not None:
+        return tag.group(1).strip()
+    bare = reply_command(reply)
+    return bare[0] if bare else None
 
 
 @pytest.mark.timeout(600)
@@ -256,8 +265,10 @@ def test_smollm2_solver_acts_in_a_generated_textworld_game(smollm2_server, tmp_p
     executor._session.hooks["response"].append(
         lambda resp, **_: calls.append((json.loads(resp.request.body), resp.json()))
     )
-    limits = BudgetLimits(wall_time_s=3600.0, model_calls=3, env_steps=GAME_MAX_STEPS)
-    catalogue = _catalogue(GAME_TOKENS, solver={"instruction": ACT_INSTRUCTION})
+    limits = BudgetLimits(
+        wall_time_s=3600.0, model_calls=GAME_MODEL_CALLS, env_steps=GAME_MAX_STEPS
+    )
+    catalogue = _catalogue(GAME_TOKENS)  # the reference solver instruction
     start = time.monotonic()
     ep = Episode(task, catalogue, limits, executor, evaluate, run_seed=0, episode_key="tw")
     print(f"\ngame generated and started in {time.monotonic() - start:.1f} s")
@@ -282,6 +293,10 @@ def test_smollm2_solver_acts_in_a_generated_textworld_game(smollm2_server, tmp_p
     # observations; its own won flag is the reward.
     replay = factory(task, (0, "replay"))
     assert replay.observe() == opening
+    demo = []
+    for i, (shown, command) in enumerate(ACT_DEMO):
+        demo.append(f"<result>{shown}</result>" if i else f"Environment observation:\n{shown}")
+        demo.append(command)
     replies = iter(calls)
     acts = []
     for run in runs:
@@ -291,25 +306,32 @@ def test_smollm2_solver_acts_in_a_generated_textworld_game(smollm2_server, tmp_p
             print(f"  reply {i}: {body['choices'][0]['message']['content']!r}")
         first_request = own[0][0]["messages"]
         assert first_request[0]["role"] == "system"
-        assert TOOL_HELP["act"] in first_request[0]["content"]
+        assert ACT_BY_REPLY_HELP in first_request[0]["content"]
+        assert [m["content"] for m in first_request[1:-1]] == demo
         observation = f"Environment observation:\n{replay.observe()}"
         assert first_request[-1]["content"].endswith(observation)
         assert run.status in ("ok", "truncated") and not run.usage_estimated
         assert all(b["usage"]["completion_tokens"] <= GAME_TOKENS for _, b in own)
-        # Every call but the execution's last one ran the first <act> tag of its reply, and
-        # the next request carried that command's observation back to the model.
+        # Every call but the execution's last one sent the command of its reply to the game
+        # (the reply's text, kept up to the command, stays in the conversation), and the next
+        # request carried that command's observation back to the model.
         uses = [u for u in run.tool_uses if u.tool == "act"]
         assert len(uses) == len(run.tool_uses) == run.env_steps == run.model_calls - 1
         for use, (_, body), (next_request, _) in zip(uses, own, own[1:], strict=False):
-            tag = _ACT_TAG.search(body["choices"][0]["message"]["content"])
-            assert tag is not None and use.query == tag.group(1).strip()
-            assert next_request["messages"][-1]["content"] == f"<result>{use.result}</result>"
+            text = body["choices"][0]["message"]["content"]
+            assert use.query and use.query in text and use.query == _command_of(text)
+            said, result = next_request["messages"][-2:]
+            assert said["role"] == "assistant" and text.startswith(said["content"])
+            assert use.query in said["content"]
+            assert result == {"role": "user", "content": f"<result>{use.result}</result>"}
             assert replay.step(use.query).observation[: len(use.result)] == use.result
         acts += uses
         last = own[-1][1]["choices"][0]
-        if _ACT_TAG.search(last["message"]["content"]) and last["finish_reason"] != "length":
-            # a complete command left unrun: the game or the budget had no step/call left
+        if _command_of(last["message"]["content"]) and last["finish_reason"] != "length":
+            # a command left unrun: the game or the budget had no step/call left
             assert env.done or ep.ledger.model_calls == limits.model_calls
+    # The real model acted: its commands reached the game and were charged as steps.
+    assert env.steps_done >= 1
     assert env.steps_done == replay.steps_done == len(acts) == ep.ledger.env_steps
     assert (env.done, env.success) == (replay.done, replay.success)
     assert ep.reward == float(replay.done and replay.success) == evaluate(task, None, env)

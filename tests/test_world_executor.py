@@ -166,7 +166,7 @@ def test_a_textworld_benchmark_plays_through_the_runtime_to_a_win(tmp_path, monk
 
     def respond(path: str, body: dict, headers: dict[str, str]) -> tuple[int, dict]:
         requests.append(body)
-        step = sum(m["content"].startswith("<result>") for m in body["messages"])
+        step = sum(m["content"].startswith("<act>") for m in body["messages"])
         text = f"<act>{commands[step]}</act>" if step < len(commands) else "Done: I won."
         choice = {"message": {"content": text}, "finish_reason": "stop"}
         return 200, {"choices": [choice], "usage": {"prompt_tokens": 50, "completion_tokens": 8}}

@@ -4,7 +4,9 @@ vLLM or SGLang serve it in production, ``transformers serve`` on a CPU. One node
 a short conversation: the node prompt, then model replies; a reply carrying a tool tag
 (``<python>``, ``<search>``, ``<act>``) that the node may use is executed and the outcome is
 sent back as ``<result>…</result>``, until the reply has no tool call or the node's limits
-are spent. The protocol, retry policy and failure mapping are in docs/executors.md.
+are spent. In an interactive task a role that acts may also reply with a bare command
+(:func:`reply_command`), after a short demonstration of that protocol (:data:`ACT_DEMO`).
+The protocol, retry policy and failure mapping are in docs/executors.md.
 """
 
 from __future__ import annotations
@@ -33,7 +35,11 @@ from evosteer_core.tools.sandbox import SandboxLimits, format_run, run_python
 from evosteer_core.tools.search import RESULT_CHARS, Retriever, RetrieverError, format_passages
 
 _TOOL_TAG = re.compile(r"<(python|search|act)>(.*?)</\1>", re.DOTALL)
+_TOOL_OPEN = re.compile(r"<(python|search|act)>")
+_FIRST_LINE = re.compile(r"\S[^\n]*")
+_COMMAND_LABEL = re.compile(r"^(?:>+|(?:command|action)\s*:)\s*", re.IGNORECASE)
 _FENCED = re.compile(r"^\s*```[^\n]*\n(.*?)\n?```\s*$", re.DOTALL)
+_OBSERVATION = "Environment observation:\n"
 _RETRY_STATUS = frozenset({429}) | frozenset(range(500, 600))
 _BACKOFF_CAP_S = 30.0
 
@@ -46,6 +52,29 @@ TOOL_HELP = {
     "as <result>...</result>.",
 }
 """System-prompt lines that teach the tool tags; only the node's own tools are shown."""
+
+ACT_BY_REPLY_HELP = (
+    "To act in the environment, reply with one command, such as open fridge, or write "
+    "<act>command</act>; the observation comes back as <result>...</result>."
+)
+"""The ``act`` line for a role that acts by reply (:func:`acts_by_reply`)."""
+
+ACT_DEMO: tuple[tuple[str, str], ...] = (
+    (
+        "-= Kitchen =-\nYou are in a kitchen. You see a closed fridge. There is an exit to "
+        "the north.",
+        "open fridge",
+    ),
+    ("You open the fridge, revealing an apple.", "take apple"),
+    ("You take the apple from the fridge.", "go north"),
+)
+"""(observation, command) turns of an invented household game, shown before the node prompt
+of a role that acts by reply, framed as real turns are; a small model imitates the replies'
+form (docs/executors.md, "Commands without a tag")."""
+
+COMMAND_MAX_WORDS = 12
+"""The longest bare reply line read as a command; a longer one is prose (TextWorld's longest
+commands, ``unlock <name> with <name>``, had 10 words over the built-in suite's levels)."""
 
 EnvironmentFactory = Callable[[TaskRecord, tuple[int, str]], "Environment | None"]
 
@@ -67,6 +96,15 @@ class ChatReply:
     prompt_tokens: int
     completion_tokens: int
     usage_estimated: bool
+
+
+@dataclass(frozen=True)
+class _ToolCall:
+    """A tool call found in a reply; the reply is kept up to ``end`` in the conversation."""
+
+    kind: str
+    body: str
+    end: int
 
 
 @dataclass
@@ -96,6 +134,28 @@ class _Turn:
 def estimate_tokens(text: str) -> int:
     """A rough token count (4 characters per token) for servers that report no usage."""
     return max(1, (len(text) + 3) // 4)
+
+
+def acts_by_reply(request: NodeRequest) -> bool:
+    """Whether a reply without a tool tag is a command: in an interactive task, for every
+    role that states answers (not the planner, whose replies are plans; as in the sim)."""
+    return request.environment is not None and request.role.answer_form != "none"
+
+
+def reply_command(text: str) -> tuple[str, int] | None:
+    """The command a reply without any tool tag states, and where it ends in ``text``: its
+    first non-empty line without a leading ``>``/``Command:``/``Action:`` and surrounding
+    quotes, backticks, asterisks or periods, if that has 1 to :data:`COMMAND_MAX_WORDS`
+    words (how text-game agents commonly read a model's action)."""
+    if _TOOL_OPEN.search(text):
+        return None
+    line = _FIRST_LINE.search(text)
+    if line is None:
+        return None
+    command = _COMMAND_LABEL.sub("", line.group()).strip(" \t\"'`*.")
+    if not command or len(command.split()) > COMMAND_MAX_WORDS:
+        return None
+    return command, line.end()
 
 
 class OpenAIExecutor:
@@ -183,15 +243,15 @@ class OpenAIExecutor:
                     budget_cut = max_tokens < limits.max_output_tokens
                     status, failure = "truncated", "token_budget" if budget_cut else "output_budget"
                     break
-                tag = self._next_tool(text, tools, turn, request)
-                if tag is None or turn.model_calls >= limits.max_model_calls:
+                call = self._next_tool(text, tools, turn, request)
+                if call is None or turn.model_calls >= limits.max_model_calls:
                     break
                 if self._room(limits, turn) <= turn.last_context:
                     # no later call could read the tool's result
                     status, failure = "truncated", "token_budget"
                     break
-                messages.append({"role": "assistant", "content": text[: tag.end()]})
-                result = self._run_tool(tag.group(1), tag.group(2), turn, request)
+                messages.append({"role": "assistant", "content": text[: call.end]})
+                result = self._run_tool(call.kind, call.body, turn, request)
                 messages.append({"role": "user", "content": f"<result>{result}</result>"})
         except InfraFailure as exc:
             return self._result(turn, "", start, "infra_failure", exc.kind)
@@ -260,12 +320,18 @@ class OpenAIExecutor:
     def _opening(request: NodeRequest, tools: tuple[str, ...]) -> list[dict[str, str]]:
         prompt = request.prompt
         if request.environment is not None:
-            prompt += f"\n\nEnvironment observation:\n{request.environment.observe()}"
+            prompt += f"\n\n{_OBSERVATION}{request.environment.observe()}"
+        by_reply = acts_by_reply(request)
         messages = []
         if tools:
-            lines = [TOOL_HELP[t] for t in tools]
+            lines = [ACT_BY_REPLY_HELP if t == "act" and by_reply else TOOL_HELP[t] for t in tools]
             lines.append("Use at most one tool call per reply and wait for its result.")
             messages.append({"role": "system", "content": "\n".join(lines)})
+        if by_reply:
+            for i, (observation, command) in enumerate(ACT_DEMO):
+                shown = f"<result>{observation}</result>" if i else f"{_OBSERVATION}{observation}"
+                messages.append({"role": "user", "content": shown})
+                messages.append({"role": "assistant", "content": command})
         messages.append({"role": "user", "content": prompt})
         return messages
 
@@ -290,26 +356,28 @@ class OpenAIExecutor:
         return derive_seed("openai", *request.seed_key, call_index) % (2**31)
 
     @staticmethod
+    def _can_step(turn: _Turn, request: NodeRequest) -> bool:
+        env = request.environment
+        return env is not None and not env.done and turn.env_steps < request.limits.max_env_steps
+
     def _next_tool(
-        text: str, tools: tuple[str, ...], turn: _Turn, request: NodeRequest
-    ) -> re.Match[str] | None:
-        """The first tool tag in ``text`` that the node may still use, or None."""
+        self, text: str, tools: tuple[str, ...], turn: _Turn, request: NodeRequest
+    ) -> _ToolCall | None:
+        """The first tool tag in ``text`` that the node may still use, else (a role acting by
+        reply, a reply with no tool tag) the reply's command, or None."""
         for tag in _TOOL_TAG.finditer(text):
             kind = tag.group(1)
             if kind not in tools:
                 continue
-            if kind == "act":
-                env = request.environment
-                if (
-                    env is not None
-                    and not env.done
-                    and turn.env_steps < request.limits.max_env_steps
-                ):
-                    return tag
-            elif turn.tool_calls < request.limits.max_tool_calls:
-                return tag
+            if kind == "act" and self._can_step(turn, request):
+                return _ToolCall(kind, tag.group(2), tag.end())
+            if kind != "act" and turn.tool_calls < request.limits.max_tool_calls:
+                return _ToolCall(kind, tag.group(2), tag.end())
             return None
-        return None
+        command = reply_command(text) if acts_by_reply(request) else None
+        if command is None or not self._can_step(turn, request):
+            return None
+        return _ToolCall("act", *command)
 
     def _run_tool(self, kind: str, body: str, turn: _Turn, request: NodeRequest) -> str:
         if kind == "act":
