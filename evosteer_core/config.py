@@ -241,7 +241,11 @@ class AdamWConfig:
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """The training loop (Alg. 1, Table 3). ``seed`` is the run seed of every derived draw."""
+    """The training loop (Alg. 1, Table 3). ``seed`` is the run seed of every derived draw.
+
+    ``max_nonfinite_steps``: how many update steps with a non-finite loss or gradient (their
+    AdamW step is skipped) a run tolerates; one more stops it (docs/reliability.md).
+    """
 
     steps: int = 240
     batch_size: int = 32
@@ -258,11 +262,12 @@ class TrainConfig:
     value_fit_steps: int = 50
     value_window: int = 4
     beta: float = 2.0
+    max_nonfinite_steps: int = 3
 
     def __post_init__(self) -> None:
         for name in ("steps", "batch_size", "value_window"):
             _check(getattr(self, name) > 0, f"{name}: must be > 0, got {getattr(self, name)}")
-        for name in ("rollouts_theta", "rollouts_rho", "value_fit_steps"):
+        for name in ("rollouts_theta", "rollouts_rho", "value_fit_steps", "max_nonfinite_steps"):
             _check(getattr(self, name) >= 0, f"{name}: must be >= 0, got {getattr(self, name)}")
         _check(
             self.rollouts_theta + self.rollouts_rho > 0,
@@ -400,8 +405,8 @@ def config_from_dict(
         if not isinstance(data, dict):
             raise ConfigError(source, "", f"expected a mapping, found {type(data).__name__}")
         data = copy.deepcopy(data)
-        for key, value in overrides.items():
-            set_dotted(data, key, value)
+        for key, value in overrides.items():  # copied: a later key must not edit the caller's
+            set_dotted(data, key, copy.deepcopy(value))
     return build(RunConfig, data, source)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import re
 import types
 import typing
@@ -23,7 +24,12 @@ import yaml
 T = TypeVar("T")
 
 
-class ConfigError(ValueError):
+class InputError(ValueError):
+    """Invalid input from the user, a config value or a data file; the message names where
+    (``file: key: problem`` or ``file:line: field: problem``). The CLI prints it as one line."""
+
+
+class ConfigError(InputError):
     """A config value or key is invalid; the message names the file and the dotted key path."""
 
     def __init__(self, source: str, path: str, message: str) -> None:
@@ -52,6 +58,8 @@ def parse_yaml(text: str, source: str) -> Any:
         return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
         raise ConfigError(source, "", f"invalid YAML: {exc}") from exc
+    except RecursionError:
+        raise ConfigError(source, "", "invalid YAML: nested too deeply") from None
 
 
 def read_yaml(path: str | Path) -> Any:
@@ -61,6 +69,11 @@ def read_yaml(path: str | Path) -> Any:
         text = p.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(str(p), "", f"cannot read config file: {exc}") from exc
+    except UnicodeDecodeError as exc:
+        line = exc.object[: exc.start].count(b"\n") + 1
+        raise ConfigError(
+            f"{p}:{line}", "", f"not UTF-8 text (byte 0x{exc.object[exc.start]:02x})"
+        ) from None
     return parse_yaml(text, str(p))
 
 
@@ -126,7 +139,13 @@ def _convert(tp: Any, value: Any, path: str, source: str) -> Any:
         raise fail()
     if tp is float:
         if isinstance(value, int | float) and not isinstance(value, bool):
-            return float(value)
+            try:
+                number = float(value)
+            except OverflowError:
+                raise ConfigError(source, path, "expected a float, found a larger int") from None
+            if math.isfinite(number):
+                return number
+            raise ConfigError(source, path, f"expected a finite float, found {value!r}")
         raise fail()
     if tp is str:
         if isinstance(value, str):
@@ -191,6 +210,10 @@ def build(cls: type[T], data: Any, source: str = "<config>", path: str = "") -> 
     except (ValueError, TypeError) as exc:
         if isinstance(exc, ConfigError):
             raise
+        # a check's "field: problem" message is located at that field's key
+        name, sep, problem = str(exc).partition(": ")
+        if sep and name in fields:
+            raise ConfigError(source, _join(path, name), problem) from exc
         raise ConfigError(source, path, str(exc)) from exc
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import pandera.pandas as pa
 
@@ -15,6 +16,12 @@ FEATURE_DIM = 30
 
 def _is_str_list(x: object) -> bool:
     return isinstance(x, list) and len(x) > 0 and all(isinstance(s, str) for s in x)
+
+
+def _log_prob(upper: float) -> list[pa.Check]:
+    """A log-probability column: finite (an infinite or NaN log-prob would make the update's
+    loss non-finite) and at most ``upper`` (0 plus rounding)."""
+    return [pa.Check(np.isfinite, error="finite log-prob"), pa.Check.le(upper)]
 
 
 def _is_feature_vector(x: object) -> bool:
@@ -64,7 +71,7 @@ DECISIONS = pa.DataFrameSchema(
         "value": pa.Column(float, pa.Check.in_range(0.0, 1.0)),
         "exact_key": pa.Column(str),
         "coarse_key": pa.Column(str),
-        "logp_sample": pa.Column(float, pa.Check.le(1e-6)),
+        "logp_sample": pa.Column(float, _log_prob(1e-6)),
     },
     checks=[
         pa.Check(
@@ -99,8 +106,8 @@ RESCORED = pa.DataFrameSchema(
     {
         "traj_id": pa.Column(str),
         "t": pa.Column(int, pa.Check.ge(0)),
-        "logp_theta": pa.Column(float, pa.Check.le(1e-5)),
-        "logp_rho": pa.Column(float, pa.Check.le(1e-5)),
+        "logp_theta": pa.Column(float, _log_prob(1e-5)),
+        "logp_rho": pa.Column(float, _log_prob(1e-5)),
         "h_rho": pa.Column(object, pa.Check(lambda s: s.map(_is_float_list), error="h_ρ vector")),
     },
     strict=True,

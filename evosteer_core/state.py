@@ -15,6 +15,8 @@ class TrainState:
 
     Tensors are stored as CPU tensors; everything else is JSON-able. The RNG state of torch's
     global generator is kept too, although every draw of the loop comes from derived seeds.
+    ``nonfinite_steps`` counts the steps whose update was skipped for a non-finite loss or
+    gradient (``train.max_nonfinite_steps``).
     """
 
     step: int
@@ -28,6 +30,7 @@ class TrainState:
     value_window: list[dict[str, Any]] = field(default_factory=list)
     skills: dict[str, Any] = field(default_factory=dict)
     rng_state: torch.Tensor | None = None
+    nonfinite_steps: int = 0
 
     def to_bytes(self) -> bytes:
         buf = io.BytesIO()

@@ -7,6 +7,8 @@ wrap exactly these functions. Stages: ``rollout_stage`` → ``rescore_stage`` �
 
 from __future__ import annotations
 
+import logging
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +39,8 @@ from evosteer_core.skills.admission import SkillState
 from evosteer_core.state import TrainState
 from evosteer_core.tilt import auc
 from evosteer_core.world import World, build_world
+
+_log = logging.getLogger(__name__)
 
 
 def _anchor_config(cfg: RunConfig) -> AnchorConfig:
@@ -315,8 +319,14 @@ def update_stage(
     decisions: pd.DataFrame,
     rescored: pd.DataFrame,
     actor_optimizer: dict[str, Any],
+    nonfinite_steps: int = 0,
 ) -> dict[str, Any]:
-    """Stage 4 (SPEC §1.9 steps 6–7): anchors, buckets (one step behind), one AdamW step."""
+    """Stage 4 (SPEC §1.9 steps 6–7): anchors, buckets (one step behind), one AdamW step.
+
+    A non-finite loss or gradient norm skips the AdamW step (parameters and optimizer state
+    stay as they were; the measured statistics are still recorded) and counts towards
+    ``train.max_nonfinite_steps``; ``nonfinite_steps`` is the run's count before this step.
+    """
     acfg = s.pool.config
     traj = trajectories.set_index("traj_id")
     natural_rho = traj[(traj["arm"] == "rho") & traj["healthy"] & traj["complete"]]
@@ -344,7 +354,14 @@ def update_stage(
     _backprop_actor(s, built.rows, built.delta.grad)
     params = s.policy.trainable_parameters() + list(s.flow_head.parameters())
     grad_norm = float(torch.nn.utils.clip_grad_norm_(params, s.cfg.train.grad_clip))
-    opt.step()
+    skipped = not (math.isfinite(out.metrics["loss"]) and math.isfinite(grad_norm))
+    if skipped:
+        step = int(trajectories["step"].iloc[0])
+        nonfinite_steps = _count_nonfinite_step(
+            s.cfg, step, nonfinite_steps, out.metrics["loss"], grad_norm
+        )
+    else:
+        opt.step()
     # this step's visits go to the pending buckets, readable from the next step on
     eligible = scored[scored["arm"] != "theta"]
     by_traj = dict(tuple(decisions.groupby("traj_id", sort=False)))
@@ -361,15 +378,43 @@ def update_stage(
         reward_theta=float(traj[traj["arm"] == "theta"]["reward"].mean()),
         reward_rho=float(traj[traj["arm"] == "rho"]["reward"].mean()),
         n_trajectories=float(len(scored)),
+        nonfinite_skipped=float(skipped),
+        nonfinite_steps=float(nonfinite_steps),
     )
     return {
         "adapter": s.policy.adapter_state(),
         "flow_head": _cpu(s.flow_head.state_dict()),
-        "actor_optimizer": _cpu_tree(opt.state_dict()),
+        "actor_optimizer": actor_optimizer if skipped else _cpu_tree(opt.state_dict()),
         "pool": s.pool.to_dict(),
         "buckets": s.buckets.to_dict(),
+        "nonfinite_steps": nonfinite_steps,
         "metrics": metrics,
     }
+
+
+class NonFiniteStepsError(RuntimeError):
+    """More update steps had a non-finite loss or gradient than ``train.max_nonfinite_steps``."""
+
+
+def _count_nonfinite_step(
+    cfg: RunConfig, step: int, before: int, loss: float, grad_norm: float
+) -> int:
+    """The run's count of skipped steps including this one; past the limit the run stops."""
+    count = before + 1
+    limit = cfg.train.max_nonfinite_steps
+    what = f"step {step}: non-finite loss ({loss}) or gradient norm ({grad_norm})"
+    if count > limit:
+        raise NonFiniteStepsError(
+            f"{what}; {count} such steps in this run exceed train.max_nonfinite_steps = "
+            f"{limit}, so the run stops here (the steps before it are kept)"
+        )
+    _log.warning(
+        "%s: AdamW step skipped (%d of at most %d such steps, train.max_nonfinite_steps)",
+        what,
+        count,
+        limit,
+    )
+    return count
 
 
 @dataclass
@@ -402,8 +447,13 @@ def _trajectory_batch(
         h_rho=rescored["h_rho"],
     )
     d = d[d["traj_id"].isin(scored.index)]
+    # saturate at the float32 range: a finite Δℓ too large for float32 gives an infinite loss
+    # (a skipped update) instead of a non-finite input
+    big = float(np.finfo(np.float32).max)
     delta_all = torch.tensor(
-        (d["logp_theta"] - d["logp_rho"]).to_numpy(), dtype=torch.float32, requires_grad=True
+        (d["logp_theta"] - d["logp_rho"]).clip(-big, big).to_numpy(),
+        dtype=torch.float32,
+        requires_grad=True,
     )
     h = torch.tensor(d["h_rho"].tolist(), dtype=torch.float32)
     f = torch.tensor(d["features"].tolist(), dtype=torch.float32)
@@ -465,7 +515,9 @@ def train_step(s: Session, state: TrainState, step: int) -> tuple[TrainState, di
     value_sd, outcome_sd, window, vmetrics = value_stage(
         s, trajectories, decisions, rescored, state.value_window
     )
-    upd = update_stage(s, trajectories, decisions, rescored, state.actor_optimizer)
+    upd = update_stage(
+        s, trajectories, decisions, rescored, state.actor_optimizer, state.nonfinite_steps
+    )
     skills, smetrics = validation_stage(s, trajectories, decisions, step)
     new_state = checkpoint_stage(
         state, step, value_sd, outcome_sd, window, upd, skills, seed=s.cfg.train.seed
@@ -508,6 +560,7 @@ def checkpoint_stage(
         value_window=window,
         skills=skills,
         rng_state=_rng_state(seed, step),
+        nonfinite_steps=upd["nonfinite_steps"],
     )
 
 

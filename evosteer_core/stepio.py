@@ -224,10 +224,12 @@ def update_artifacts(
     decisions: ArtifactRef,
     rescored: ArtifactRef,
 ) -> ArtifactRef:
-    """Stage 4 → update: {adapter, flow_head, actor_optimizer, pool, buckets, metrics}."""
+    """Stage 4 → update: {adapter, flow_head, actor_optimizer, pool, buckets, nonfinite_steps,
+    metrics}."""
     refs = (trajectories, decisions, rescored)
     s, st, traj, dec, resc = _open_scored(cfg, io_, state, step, "update", refs)
-    return io_.put_object(core.update_stage(s, traj, dec, resc, st.actor_optimizer), "update.pt")
+    upd = core.update_stage(s, traj, dec, resc, st.actor_optimizer, st.nonfinite_steps)
+    return io_.put_object(upd, "update.pt")
 
 
 def validation_artifacts(

@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from evosteer_core.artifacts import open_store
-from evosteer_core.benchmarks.loaders import load_benchmark
+from evosteer_core.benchmarks.loaders import CONVERTERS, DEFAULT_FILES, GENERATED, load_benchmark
 from evosteer_core.benchmarks.rewards import evaluate
 from evosteer_core.config import BenchmarkSlice, RetrieverConfig, RunConfig, StoreConfig
+from evosteer_core.configio import ConfigError
 from evosteer_core.executors.base import Executor
 from evosteer_core.records import TaskRecord
 from evosteer_core.roles import Catalogue, default_catalogue
@@ -150,31 +151,60 @@ def check_executor_support(
             ) from None
 
 
-def load_slices(slices: tuple[BenchmarkSlice, ...]) -> list[TaskRecord]:
-    """The records of each benchmark slice, in order (errors name file, line and field)."""
+def load_slices(slices: tuple[BenchmarkSlice, ...], key: str) -> list[TaskRecord]:
+    """The records of each benchmark slice of config list ``key``, in order.
+
+    Every row of each file is read and checked (a bad row fails with ``file:line: field``),
+    and a slice must be loadable and select at least one row (else a ConfigError naming the
+    slice's key).
+    """
     records: list[TaskRecord] = []
-    for sl in slices:
+    for i, sl in enumerate(slices):
+        where = f"{key}[{i}]"
+        if sl.name not in CONVERTERS:
+            known = ", ".join(sorted(CONVERTERS))
+            raise ConfigError(
+                "<config>", f"{where}.name", f"unknown benchmark {sl.name!r} ({known})"
+            )
+        if sl.path is None and sl.name not in DEFAULT_FILES and sl.name not in GENERATED:
+            raise ConfigError("<config>", f"{where}.path", f"benchmark {sl.name!r} needs a file")
         rows = load_benchmark(sl.name, sl.path)
+        if sl.offset >= len(rows):
+            raise ConfigError(
+                "<config>",
+                f"{where}.offset",
+                f"{sl.offset} selects no rows: {sl.path or sl.name} holds {len(rows)}",
+            )
         end = None if sl.limit is None else sl.offset + sl.limit
         records += rows[sl.offset : end]
     return records
 
 
-def build_world(cfg: RunConfig) -> World:
-    """Records from the synthetic suite (its split seeds keep train/held-out apart) or from
-    benchmark slices (``data.source: benchmarks``); the configured executor and the reward of
-    ``benchmarks.rewards``. Applies the sandbox policy (``executor.sandbox``) process-wide."""
+def load_records(cfg: RunConfig) -> tuple[list[TaskRecord], list[TaskRecord]]:
+    """(train, held-out) records: the synthetic suite (its split seeds keep them apart) or
+    every benchmark slice, read and validated in full. The train workflow calls it before the
+    first step, so bad data fails there, not in a rollout task."""
     if cfg.data.source == "sim":
         from evosteer_core.sim.suite import make_sim_suite
 
         sim = cfg.sim
         train = make_sim_suite(sim.n_train_per_family, sim.seed, "train")
         heldout = make_sim_suite(sim.n_heldout_per_family, sim.seed, "heldout")
-    else:
-        train, heldout = load_slices(cfg.data.train), load_slices(cfg.data.heldout)
-        overlap = {r.record_id for r in train} & {r.record_id for r in heldout}
-        if overlap:
-            raise ValueError(f"data: train and heldout slices overlap in {sorted(overlap)[:3]}")
+        return train, heldout
+    train = load_slices(cfg.data.train, "data.train")
+    heldout = load_slices(cfg.data.heldout, "data.heldout")
+    overlap = {r.record_id for r in train} & {r.record_id for r in heldout}
+    if overlap:
+        raise ConfigError(
+            "<config>", "data", f"train and heldout slices overlap in {sorted(overlap)[:3]}"
+        )
+    return train, heldout
+
+
+def build_world(cfg: RunConfig) -> World:
+    """The records of :func:`load_records`, the configured executor and the reward of
+    ``benchmarks.rewards``. Applies the sandbox policy (``executor.sandbox``) process-wide."""
+    train, heldout = load_records(cfg)
     box = cfg.executor.sandbox
     sandbox.configure(allow_weak_sandbox=box.allow_weak_sandbox, packages=box.packages)
     catalogue, executor = default_catalogue(), build_executor(cfg)

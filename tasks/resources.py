@@ -13,7 +13,7 @@ from flytekit.extras.accelerators import H100
 import evosteer_core
 from evosteer_core.config import RunConfig
 
-CODE_VERSION = "4"
+CODE_VERSION = "5"
 """Bump when a task's outputs change for the same inputs (flytekit's cache ignores code)."""
 
 CACHE_VERSION = f"{evosteer_core.__version__}-{CODE_VERSION}"

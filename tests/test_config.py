@@ -160,7 +160,7 @@ def test_missing_required_value(tmp_path: Path) -> None:
 
 def test_cross_field_validation_names_section(tmp_path: Path) -> None:
     path = write(tmp_path, {**minimal(), "executor": {"kind": "openai", "model": "m"}})
-    with pytest.raises(ConfigError, match=r"executor: base_url: required when kind is 'openai'"):
+    with pytest.raises(ConfigError, match=r"executor\.base_url: required when kind is 'openai'"):
         load_config(path)
     path = write(tmp_path, {**minimal(), "budget": {"tool_calls": -1}})
     with pytest.raises(ConfigError, match=r": budget: budget\.tool_calls must be >= 0"):

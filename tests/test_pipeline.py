@@ -27,6 +27,7 @@ METRICS = (
     "skills_validated",
     "skills_retired",
     "alpha_spent",
+    "nonfinite_skipped",
 )
 
 

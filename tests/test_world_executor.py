@@ -92,11 +92,11 @@ def test_an_http_retriever_is_built_from_its_url(tmp_path):
 @pytest.mark.parametrize(
     ("retriever", "message"),
     [
-        ({"kind": "bm25"}, "executor.retriever: corpus: kind 'bm25' needs exactly one of"),
-        ({"kind": "http"}, "executor.retriever: url: kind 'http' needs an http"),
+        ({"kind": "bm25"}, "executor.retriever.corpus: kind 'bm25' needs exactly one of"),
+        ({"kind": "http"}, "executor.retriever.url: kind 'http' needs an http"),
         (
             {"kind": "http", "url": "http://h/s", "corpus": "c.jsonl"},
-            "executor.retriever: corpus: kind 'http' takes no corpus",
+            "executor.retriever.corpus: kind 'http' takes no corpus",
         ),
         ({"kind": "bm25", "corpus": "c", "url": "http://h/s"}, "url: only kind 'http'"),
     ],
@@ -107,9 +107,9 @@ def test_retriever_config_errors_name_the_key(tmp_path, retriever, message):
 
 
 def test_the_sim_executor_takes_neither_a_retriever_nor_an_environment():
-    with pytest.raises(ConfigError, match="executor: retriever: only kind 'openai' uses one"):
+    with pytest.raises(ConfigError, match="executor.retriever: only kind 'openai' uses one"):
         load_config(None, overrides={"executor.retriever": {"kind": "http", "url": "http://h"}})
-    with pytest.raises(ConfigError, match="executor: environment: only kind 'openai'"):
+    with pytest.raises(ConfigError, match="executor.environment: only kind 'openai'"):
         load_config(None, overrides={"executor.environment": "textworld"})
     with pytest.raises(ConfigError, match="executor.environment: expected 'textworld' | null"):
         load_config(None, overrides={"executor.environment": "alfworld"})

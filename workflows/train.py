@@ -17,6 +17,7 @@ from flytekit import dynamic, map_task
 from evosteer_core.artifacts import ArtifactRef
 from evosteer_core.config import config_from_dict
 from evosteer_core.configio import parse_yaml
+from evosteer_core.world import load_records
 from tasks.resources import CPU_IMAGE, LIGHT_RESOURCES, RETRIES
 from tasks.spec import RunSpec, make_spec
 from tasks.step_tasks import (
@@ -109,6 +110,7 @@ def train(config_yaml: str, steps: int = 0, rollout_shards: int = 1) -> TrainOut
     source = "<config_yaml>"
     overrides = {"train.steps": steps} if steps else None
     cfg = config_from_dict(parse_yaml(config_yaml, source), source, overrides)
+    load_records(cfg)  # every benchmark row is checked before a run is opened or a step runs
     config_yaml = cfg.to_yaml()
     spec = make_spec(cfg)
     mlflow_run = start_tracking(spec=spec, config_yaml=config_yaml, workflow="train")

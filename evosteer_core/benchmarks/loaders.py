@@ -17,7 +17,7 @@ from pathlib import Path
 from evosteer_core.answers import last_boxed
 from evosteer_core.benchmarks.humaneval import HUMANEVAL_FILE, humaneval_record
 from evosteer_core.benchmarks.rows import BenchmarkDataError, Row, RowError, read_jsonl
-from evosteer_core.benchmarks.schema import CHOICE_LETTERS, records_to_frame
+from evosteer_core.benchmarks.schema import CHOICE_LETTERS, TaskTableError, records_to_frame
 from evosteer_core.benchmarks.taskmap import family_of
 from evosteer_core.benchmarks.textworld_suite import suite_rows, textworld_record
 from evosteer_core.records import TaskRecord
@@ -423,5 +423,10 @@ def load_benchmark(
         records.append(record)
     if not records:
         raise BenchmarkDataError(f"{path}: {name}: the file holds no rows")
-    records_to_frame(records)  # schema check of the whole table
+    try:
+        records_to_frame(records)  # schema check of the whole table (rows in file order)
+    except TaskTableError as exc:
+        lines = [first_line[records[int(i)].record_id] for i in exc.labels]
+        where = ",".join(str(n) for n in lines[:5]) or "?"
+        raise BenchmarkDataError(f"{row.path}:{where}: {name}: {exc}") from None
     return records

@@ -9,13 +9,17 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
+
+from evosteer_core.configio import InputError
 
 
-class BenchmarkDataError(ValueError):
-    """A benchmark file or row does not have the documented shape."""
+class BenchmarkDataError(InputError):
+    """A benchmark file or row does not have the documented shape (``path:line: ...``)."""
 
 
 class RowError(ValueError):
@@ -25,6 +29,9 @@ class RowError(ValueError):
         self.field = field
         shown = "missing" if missing else f"got {_preview(got)}"
         super().__init__(f"field {field!r}: expected {expected}; {shown}")
+
+
+_INTEGER = re.compile(r"-?[0-9]+")
 
 
 def _preview(value: object, limit: int = 80) -> str:
@@ -107,7 +114,7 @@ class Row:
         if isinstance(value, bool) or not isinstance(value, int | str):
             raise self.error(key, "an integer or a string of digits", value)
         text = str(value).strip()
-        if not text.lstrip("-").isdigit():
+        if not _INTEGER.fullmatch(text):
             raise self.error(key, "an integer or a string of digits", value)
         return str(int(text))
 
@@ -127,24 +134,50 @@ class Row:
 
 
 def read_jsonl(path: str | Path) -> Iterator[Row]:
-    """Yield the rows of a JSONL file (``.gz`` allowed); blank lines are allowed and skipped.
+    """Yield the rows of a UTF-8 JSONL file (``.gz`` allowed); blank lines are skipped.
 
-    A line that is not a JSON object raises :class:`BenchmarkDataError` with its location.
+    Every failure raises :class:`BenchmarkDataError` naming the file and the line: a line that
+    is not UTF-8 or not a JSON object, a compressed stream that is corrupt or cut short, a file
+    that cannot be read.
     """
     path = Path(path)
     if not path.is_file():
         raise BenchmarkDataError(f"{path}: benchmark file not found")
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                data = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise BenchmarkDataError(f"{path}:{number}: not valid JSON ({exc.msg})") from exc
-            if not isinstance(data, dict):
-                raise BenchmarkDataError(
-                    f"{path}:{number}: expected a JSON object, got {type(data).__name__}"
-                )
-            yield Row(data, path, number)
+    number = 0
+    try:
+        with _open_binary(path) as handle:
+            for number, raw in enumerate(handle, start=1):
+                row = _parse_line(path, number, raw)
+                if row is not None:
+                    yield row
+    except (OSError, EOFError, zlib.error) as exc:
+        what = "corrupt or truncated gzip data" if path.suffix == ".gz" else "cannot read the file"
+        raise BenchmarkDataError(f"{path}:{number + 1}: {what} ({exc})") from None
+
+
+def _open_binary(path: Path) -> IO[bytes]:
+    return gzip.open(path, "rb") if path.suffix == ".gz" else path.open("rb")
+
+
+def _parse_line(path: Path, number: int, raw: bytes) -> Row | None:
+    """One line as a :class:`Row` (None when blank); errors name ``path:number``."""
+    try:
+        line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
+    except UnicodeDecodeError as exc:
+        raise BenchmarkDataError(
+            f"{path}:{number}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at column "
+            f"{exc.start + 1}); benchmark files must be UTF-8 JSONL"
+        ) from None
+    if not line.strip():
+        return None
+    try:
+        data = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise BenchmarkDataError(f"{path}:{number}: not valid JSON ({exc.msg})") from None
+    except (ValueError, RecursionError) as exc:  # an over-long integer, too deep nesting
+        raise BenchmarkDataError(f"{path}:{number}: not valid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise BenchmarkDataError(
+            f"{path}:{number}: expected a JSON object, got {type(data).__name__}"
+        )
+    return Row(data, path, number)

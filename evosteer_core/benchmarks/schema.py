@@ -95,12 +95,22 @@ TASK_SCHEMA = pa.DataFrameSchema(
 )
 
 
+class TaskTableError(ValueError):
+    """A task table failed validation; ``labels`` are the index labels of the failing rows."""
+
+    def __init__(self, message: str, labels: list) -> None:
+        super().__init__(message)
+        self.labels = labels
+
+
 def validate_frame(frame: pd.DataFrame) -> pd.DataFrame:
-    """Validate a task table; on failure raise ``ValueError`` naming record ids and rules."""
+    """Validate a task table; on failure raise :class:`TaskTableError` naming record ids and
+    rules."""
     try:
         return TASK_SCHEMA.validate(frame, lazy=True)
     except pa.errors.SchemaErrors as exc:
-        raise ValueError(_describe_failures(frame, exc.failure_cases)) from None
+        labels = list(dict.fromkeys(exc.failure_cases["index"].dropna()))
+        raise TaskTableError(_describe_failures(frame, exc.failure_cases), labels) from None
 
 
 def _describe_failures(frame: pd.DataFrame, cases: pd.DataFrame) -> str:
