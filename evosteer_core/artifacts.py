@@ -4,11 +4,16 @@ Objects live at ``<root>/objects/<aa>/<sha256>`` (``aa`` = first two hex digits)
 written once and never change; every read re-hashes and raises :class:`CorruptArtifactError`
 on a mismatch. Small mutable entries (the run index) live under ``<root>/index/``: each entry is
 one object written atomically, so concurrent tasks never lose each other's updates.
+
+A storage or OS failure (unreachable endpoint, missing bucket, bad credentials, read-only root,
+full disk) surfaces as :class:`StoreError`: one line naming the store root, the operation and
+the cause, instead of a bare ``OSError`` or botocore error without either.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -18,6 +23,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
+from urllib.parse import urlsplit
 
 CHUNK = 1 << 20
 _SHA_RE = re.compile(r"^[0-9a-f]{64}$")
@@ -56,6 +62,83 @@ class CorruptArtifactError(RuntimeError):
 
 class MissingArtifactError(LookupError):
     """No object (or run-index entry) exists at the expected location."""
+
+
+_CREDENTIAL_CODES = frozenset(
+    {
+        "AccessDenied",
+        "ExpiredToken",
+        "InvalidAccessKeyId",
+        "InvalidToken",
+        "SignatureDoesNotMatch",
+        "403",
+    }
+)
+
+
+def describe_storage_error(exc: BaseException) -> str:
+    """One line for an OS or S3 failure: the errno name (``ENOSPC``) or the S3 error code, and
+    the endpoint's host only (no path, query or credentials of the request URL)."""
+    from botocore.exceptions import ClientError, EndpointConnectionError
+
+    if isinstance(exc, OSError) and exc.errno in errno.errorcode:
+        where = f": {exc.filename}" if exc.filename else ""
+        return f"{exc.strerror or os.strerror(exc.errno)} ({errno.errorcode[exc.errno]}){where}"
+    if isinstance(exc, EndpointConnectionError):
+        url = urlsplit(str(exc.kwargs.get("endpoint_url", "")))
+        host = f"{url.scheme}://{url.hostname}" + (f":{url.port}" if url.port else "")
+        return f"cannot connect to the S3 endpoint {host}"
+    if isinstance(exc, ClientError):
+        error = exc.response.get("Error", {})
+        code = str(error.get("Code", "?"))
+        text = f"{code}: {error.get('Message') or 'no message'}"
+        if code in _CREDENTIAL_CODES:
+            text += " (check the S3 credentials, e.g. AWS_ACCESS_KEY_ID)"
+        return text
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else "no message"
+    return f"{type(exc).__name__}: {first[:300]}"
+
+
+def without_credentials(url: str) -> str:
+    """``url`` without a ``user:password@`` part (safe to print)."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.hostname or ""
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return parts._replace(netloc=netloc).geturl()
+
+
+class StoreError(OSError):
+    """A storage or OS failure of one store operation, in one line: the store root, the
+    operation and the cause. An ``OSError`` so callers that catch those still do."""
+
+    what = "store"
+
+    def __init__(self, root: str, operation: str, cause: BaseException) -> None:
+        self.root, self.operation, self.cause = root, operation, cause
+        where = without_credentials(root)
+        self.line = f"{self.what} {where}: {operation} failed: {describe_storage_error(cause)}"
+        super().__init__(self.line)
+        self.errno = getattr(cause, "errno", None)
+
+    def __str__(self) -> str:
+        # flytekit prefixes ``args`` when a task fails locally; keep ``str`` the one line.
+        return self.line
+
+    @classmethod
+    @contextlib.contextmanager
+    def wrapping(
+        cls, root: str, operation: str, errors: tuple[type[BaseException], ...]
+    ) -> Iterator[None]:
+        """Re-raise ``errors`` (storage/OS failures) raised inside as this class, naming the
+        root and the operation; an error already wrapped passes through unchanged."""
+        try:
+            yield
+        except StoreError:
+            raise
+        except errors as exc:
+            raise cls(root, operation, exc) from exc
 
 
 def object_key(sha256: str) -> str:
@@ -167,6 +250,9 @@ class LocalStore:
     def _ref(self, sha256: str) -> ArtifactRef:
         return ArtifactRef(self._object_path(sha256).as_uri(), sha256)
 
+    def _op(self, operation: str) -> contextlib.AbstractContextManager[None]:
+        return StoreError.wrapping(self.root, operation, (OSError,))
+
     def _write_hint(self, sha256: str, name_hint: str) -> None:
         hint = self._object_path(sha256).with_suffix(".name")
         if name_hint and not hint.exists():
@@ -176,13 +262,18 @@ class LocalStore:
     def put_bytes(self, data: bytes, name_hint: str = "") -> ArtifactRef:
         sha = hashlib.sha256(data).hexdigest()
         final = self._object_path(sha)
-        if not final.exists():
-            with _atomic_target(final) as fh:
-                fh.write(data)
-        self._write_hint(sha, name_hint)
+        with self._op(f"write object {sha[:12]}"):
+            if not final.exists():
+                with _atomic_target(final) as fh:
+                    fh.write(data)
+            self._write_hint(sha, name_hint)
         return self._ref(sha)
 
     def put_file(self, path: str | Path, name_hint: str = "") -> ArtifactRef:
+        with self._op(f"write object from {path}"):
+            return self._put_file(path, name_hint)
+
+    def _put_file(self, path: str | Path, name_hint: str) -> ArtifactRef:
         objects = self.path / "objects"
         objects.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=objects, prefix=".tmp-", suffix=".part")
@@ -212,39 +303,43 @@ class LocalStore:
             raise MissingArtifactError(f"artifact {ref.uri} not found in {self.root}") from None
 
     def get_bytes(self, ref: ArtifactRef) -> bytes:
-        with self._open(ref) as fh:
+        with self._op(f"read object {ref.sha256[:12]}"), self._open(ref) as fh:
             return _verified_bytes(ref, fh.read())
 
     def get_file(self, ref: ArtifactRef, dest: str | Path) -> Path:
-        with self._open(ref) as src:
+        with self._op(f"copy object {ref.sha256[:12]} to {dest}"), self._open(ref) as src:
             return _verified_copy(ref, src, Path(dest))
 
     def exists(self, ref: ArtifactRef) -> bool:
-        return self._object_path(ref.sha256).is_file()
+        with self._op(f"look up object {ref.sha256[:12]}"):
+            return self._object_path(ref.sha256).is_file()
 
     def name_hint(self, ref: ArtifactRef) -> str | None:
         hint = self._object_path(ref.sha256).with_suffix(".name")
-        return hint.read_text(encoding="utf-8") if hint.exists() else None
+        with self._op(f"read the name of object {ref.sha256[:12]}"):
+            return hint.read_text(encoding="utf-8") if hint.exists() else None
 
     def write_entry(self, key: str, data: bytes) -> None:
-        with _atomic_target(self.path / key) as fh:
+        with self._op(f"write entry {key}"), _atomic_target(self.path / key) as fh:
             fh.write(data)
 
     def read_entry(self, key: str) -> bytes:
-        try:
-            return (self.path / key).read_bytes()
-        except FileNotFoundError:
-            raise MissingArtifactError(f"no entry {key} in {self.root}") from None
+        with self._op(f"read entry {key}"):
+            try:
+                return (self.path / key).read_bytes()
+            except FileNotFoundError:
+                raise MissingArtifactError(f"no entry {key} in {self.root}") from None
 
     def list_entries(self, prefix: str) -> list[str]:
         base = self.path / prefix
-        if not base.is_dir():
-            return []
-        return sorted(
-            p.relative_to(self.path).as_posix()
-            for p in base.rglob("*")
-            if p.is_file() and not p.name.startswith(".tmp-")
-        )
+        with self._op(f"list {prefix}"):
+            if not base.is_dir():
+                return []
+            return sorted(
+                p.relative_to(self.path).as_posix()
+                for p in base.rglob("*")
+                if p.is_file() and not p.name.startswith(".tmp-")
+            )
 
 
 # --- S3 -----------------------------------------------------------------------------------
@@ -273,6 +368,11 @@ class S3Store:
     def _ref(self, sha256: str) -> ArtifactRef:
         return ArtifactRef(f"s3://{self.bucket}/{self._key(object_key(sha256))}", sha256)
 
+    def _op(self, operation: str) -> contextlib.AbstractContextManager[None]:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        return StoreError.wrapping(self.root, operation, (BotoCoreError, ClientError, OSError))
+
     def _head(self, key: str) -> dict[str, Any] | None:
         from botocore.exceptions import ClientError
 
@@ -295,19 +395,21 @@ class S3Store:
     def put_bytes(self, data: bytes, name_hint: str = "") -> ArtifactRef:
         sha = hashlib.sha256(data).hexdigest()
         key = self._key(object_key(sha))
-        if self._head(key) is None:
-            self.client.put_object(
-                Bucket=self.bucket, Key=key, Body=data, Metadata=self._metadata(name_hint)
-            )
+        with self._op(f"write object {sha[:12]}"):
+            if self._head(key) is None:
+                self.client.put_object(
+                    Bucket=self.bucket, Key=key, Body=data, Metadata=self._metadata(name_hint)
+                )
         return self._ref(sha)
 
     def put_file(self, path: str | Path, name_hint: str = "") -> ArtifactRef:
-        with open(path, "rb") as fh:
-            sha = _hash_stream(fh)
-        key = self._key(object_key(sha))
-        if self._head(key) is None:
-            meta = self._metadata(name_hint or Path(path).name)
-            self.client.upload_file(str(path), self.bucket, key, ExtraArgs={"Metadata": meta})
+        with self._op(f"write object from {path}"):
+            with open(path, "rb") as fh:
+                sha = _hash_stream(fh)
+            key = self._key(object_key(sha))
+            if self._head(key) is None:
+                meta = self._metadata(name_hint or Path(path).name)
+                self.client.upload_file(str(path), self.bucket, key, ExtraArgs={"Metadata": meta})
         return self._ref(sha)
 
     def _get_body(self, key: str, what: str):
@@ -324,32 +426,39 @@ class S3Store:
         return self._get_body(self._key(object_key(ref.sha256)), f"artifact {ref.uri}")
 
     def get_bytes(self, ref: ArtifactRef) -> bytes:
-        return _verified_bytes(ref, self._object_body(ref).read())
+        with self._op(f"read object {ref.sha256[:12]}"):
+            return _verified_bytes(ref, self._object_body(ref).read())
 
     def get_file(self, ref: ArtifactRef, dest: str | Path) -> Path:
-        return _verified_copy(ref, self._object_body(ref), Path(dest))
+        with self._op(f"copy object {ref.sha256[:12]} to {dest}"):
+            return _verified_copy(ref, self._object_body(ref), Path(dest))
 
     def exists(self, ref: ArtifactRef) -> bool:
-        return self._head(self._key(object_key(ref.sha256))) is not None
+        with self._op(f"look up object {ref.sha256[:12]}"):
+            return self._head(self._key(object_key(ref.sha256))) is not None
 
     def name_hint(self, ref: ArtifactRef) -> str | None:
-        head = self._head(self._key(object_key(ref.sha256)))
+        with self._op(f"read the name of object {ref.sha256[:12]}"):
+            head = self._head(self._key(object_key(ref.sha256)))
         return None if head is None else head.get("Metadata", {}).get("name-hint")
 
     def write_entry(self, key: str, data: bytes) -> None:
-        self.client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data)
+        with self._op(f"write entry {key}"):
+            self.client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data)
 
     def read_entry(self, key: str) -> bytes:
-        return self._get_body(self._key(key), f"entry {key}").read()
+        with self._op(f"read entry {key}"):
+            return self._get_body(self._key(key), f"entry {key}").read()
 
     def list_entries(self, prefix: str) -> list[str]:
         full = self._key(prefix.rstrip("/") + "/")
         cut = len(self.prefix) + 1 if self.prefix else 0
         keys: list[str] = []
-        for page in self.client.get_paginator("list_objects_v2").paginate(
-            Bucket=self.bucket, Prefix=full
-        ):
-            keys.extend(obj["Key"][cut:] for obj in page.get("Contents", []))
+        with self._op(f"list {prefix}"):
+            for page in self.client.get_paginator("list_objects_v2").paginate(
+                Bucket=self.bucket, Prefix=full
+            ):
+                keys.extend(obj["Key"][cut:] for obj in page.get("Contents", []))
         return sorted(keys)
 
 

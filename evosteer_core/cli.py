@@ -6,7 +6,10 @@ artifact; ``report`` writes an HTML report. Contract relied on by scripts and au
 
 * ``evosteer train --config FILE [--steps N] [--run-dir DIR]`` prints the run id on its last line;
 * ``evosteer replay --run-dir DIR --run RUN --step K`` exits 0 iff every artifact of step K is
-  identical, else 1, naming each differing artifact.
+  identical, else 1, naming each differing artifact;
+* a command that fails prints one line ``evosteer <command>: <what failed>`` on stderr and exits
+  1 (``--debug`` shows the traceback instead); a store failure names the store root and the
+  operation; a second ``train`` of a run that is being trained refuses at once.
 
 Flyte (``workflows``/``tasks``) is imported only inside the commands that run a workflow;
 this module itself imports no flytekit.
@@ -15,15 +18,17 @@ this module itself imports no flytekit.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from evosteer_core.artifacts import RunIndex, open_store
+from evosteer_core.artifacts import RunIndex, StoreError, open_store
 from evosteer_core.config import RunConfig, load_config
-from evosteer_core.configio import parse_override
+from evosteer_core.configio import ConfigError, parse_override
+from evosteer_core.locks import RunInUseError, run_lock
 
 
 def _quiet_libraries() -> None:
@@ -36,13 +41,41 @@ def _quiet_libraries() -> None:
         logging.getLogger(name).setLevel(logging.ERROR)
 
 
-class _StepProgress:
-    """A tqdm bar over training steps, driven by polling the run index while a workflow runs."""
+_FLYTE_PREFIX = re.compile(r"Error encountered while executing '([^']+)':\s*")
+"""How flytekit's local execution prefixes the message of an exception raised in a task."""
 
-    def __init__(self, cfg: RunConfig, run_id: str, total: int) -> None:
+_CLEAR_ERRORS = (StoreError, RunInUseError, ConfigError)
+"""Errors whose message already says what failed and where (printed without their type)."""
+
+
+def error_line(exc: BaseException) -> str:
+    """One line for a failed command: a store failure (anywhere in the cause chain) as the
+    store root, operation and cause; anything else as its type, the innermost Flyte task it
+    failed in, and its message without flytekit's prefixes."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, StoreError):
+            return seen.line
+        seen = seen.__cause__ or seen.__context__
+    message = " ".join(str(exc).split())
+    tasks = _FLYTE_PREFIX.findall(message)
+    message = _FLYTE_PREFIX.sub("", message)
+    if isinstance(exc, _CLEAR_ERRORS):
+        return message
+    where = f" in task {tasks[-1]}" if tasks else ""
+    return f"{type(exc).__name__}{where}: {message or 'no message'}"
+
+
+class _StepProgress:
+    """A tqdm bar over training steps, driven by polling the run index while a workflow runs.
+
+    Only a display, so it never raises: a failed listing (store unreachable, ...) shows as the
+    bar's postfix until a listing succeeds again; the workflow reports its own failure."""
+
+    def __init__(self, index: RunIndex, total: int) -> None:
         from tqdm import tqdm
 
-        self.index = RunIndex(open_store(cfg.store.root, cfg.store.s3_endpoint), run_id)
+        self.index = index
         self.bar = tqdm(total=total, desc="train steps", unit="step", file=sys.stderr)
         self.done = threading.Event()
         self.thread = threading.Thread(target=self._poll, daemon=True)
@@ -52,7 +85,12 @@ class _StepProgress:
             self._update()
 
     def _update(self) -> None:
-        n = sum(1 for s in self.index.steps() if s >= 1 and s <= self.bar.total)
+        try:
+            n = sum(1 for s in self.index.steps() if s >= 1 and s <= self.bar.total)
+        except Exception as exc:  # a display must not fail the run nor print a traceback
+            self.bar.set_postfix_str(f"progress unavailable: {error_line(exc)}")
+            return
+        self.bar.set_postfix_str("")
         self.bar.update(n - self.bar.n)
 
     def __enter__(self) -> _StepProgress:
@@ -93,9 +131,12 @@ def cmd_train(args: argparse.Namespace) -> int:
     from workflows.train import train
 
     run_id = run_id_for(cfg)
+    index = RunIndex(open_store(cfg.store.root, cfg.store.s3_endpoint), run_id)
     started = time.perf_counter()
-    with _StepProgress(cfg, run_id, cfg.train.steps):
-        out = train(config_yaml=cfg.to_yaml(), steps=cfg.train.steps)
+    with run_lock(cfg.store.root, run_id):
+        index.steps()  # an unreachable or unusable store fails here, before any task runs
+        with _StepProgress(index, cfg.train.steps):
+            out = train(config_yaml=cfg.to_yaml(), steps=cfg.train.steps)
     elapsed = time.perf_counter() - started
     simulated = " (SIMULATED executor)" if cfg.executor.kind == "sim" else ""
     lines = [
@@ -170,10 +211,21 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="evosteer", description=__doc__.split("\n\n")[0])
+    debug = argparse.ArgumentParser(add_help=False)
+    debug.add_argument(
+        "--debug",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="on failure, show the full traceback instead of one line",
+    )
+    p = argparse.ArgumentParser(
+        prog="evosteer", description=__doc__.split("\n\n")[0], parents=[debug]
+    )
     sub = p.add_subparsers(dest="command", required=True)
 
-    t = sub.add_parser("train", help="run the train workflow (resumes from the task cache)")
+    t = sub.add_parser(
+        "train", help="run the train workflow (resumes from the task cache)", parents=[debug]
+    )
     t.add_argument("--config", default=None, help="YAML config (default: embedded tiny-sim)")
     t.add_argument("--steps", type=int, default=None, help="override train.steps")
     t.add_argument("--run-dir", default=None, help="artifact store root (override store.root)")
@@ -186,7 +238,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     t.set_defaults(func=cmd_train)
 
-    e = sub.add_parser("evaluate", help="checkpoint × benchmarks × runs → means ± std")
+    e = sub.add_parser(
+        "evaluate", help="checkpoint × benchmarks × runs → means ± std", parents=[debug]
+    )
     e.add_argument("--run-dir", required=True)
     e.add_argument("--run", required=True, help="run id (printed by train)")
     e.add_argument("--step", type=int, default=None, help="checkpoint step (default: last)")
@@ -201,13 +255,15 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     e.set_defaults(func=cmd_evaluate)
 
-    r = sub.add_parser("replay", help="recompute one step; exit 0 iff bit-identical")
+    r = sub.add_parser(
+        "replay", help="recompute one step; exit 0 iff bit-identical", parents=[debug]
+    )
     r.add_argument("--run-dir", required=True)
     r.add_argument("--run", required=True)
     r.add_argument("--step", type=int, required=True)
     r.set_defaults(func=cmd_replay)
 
-    h = sub.add_parser("report", help="HTML report with plots")
+    h = sub.add_parser("report", help="HTML report with plots", parents=[debug])
     h.add_argument("--run-dir", required=True)
     h.add_argument("--run", required=True)
     h.add_argument("--out", default=None)
@@ -218,7 +274,13 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     _quiet_libraries()
-    return args.func(args)
+    if getattr(args, "debug", False):
+        return args.func(args)
+    try:
+        return args.func(args)
+    except Exception as exc:
+        print(f"evosteer {args.command}: {error_line(exc)}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -3,10 +3,19 @@
 One MLflow run per workflow execution. Per-step artifacts go under ``step_{k:04d}/``.
 The client is explicit (``MlflowClient``), never the global "active run", so Flyte tasks in
 one process can attach to the same run by id. Telemetry is disabled before MLflow loads.
+
+MLflow's SQLite store migrates its schema when a process first opens it, and creating an
+experiment is get-then-create: neither is safe from two processes at once (a half-migrated
+``mlflow.db``, ``Experiment ... already exists``). Both run under a file lock beside the database
+(``<db>.lock``); against a server, a lost creation race re-reads the experiment instead.
+
+A storage failure of MLflow (full disk, unreachable artifact store or server, broken database)
+is re-raised as :class:`TrackingError`: one line naming the tracking URI and the operation.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 import time
@@ -16,8 +25,9 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from evosteer_core.artifacts import ArtifactRef, ArtifactStore, canonical_json
+from evosteer_core.artifacts import ArtifactRef, ArtifactStore, StoreError, canonical_json
 from evosteer_core.configio import ConfigError, flatten
+from evosteer_core.locks import file_lock
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -28,6 +38,27 @@ PARAM_BATCH = 100  # MLflow's limit of params per log_batch call
 PARAM_MAX_CHARS = 6000  # MLflow's limit on one param value
 EXECUTION_TAG = "flyte.execution_id"
 CONFIG_HASH_TAG = "evosteer.config_hash"
+
+
+class TrackingError(StoreError):
+    """MLflow could not store or read what a tracking operation needed (one line)."""
+
+    what = "MLflow tracking"
+
+
+def _tracking_errors() -> tuple[type[BaseException], ...]:
+    """What a failing MLflow backend raises: OS errors of local artifacts, MLflow's own (REST,
+    SQL store), S3 artifact errors and raw SQLAlchemy errors."""
+    from boto3.exceptions import Boto3Error
+    from botocore.exceptions import BotoCoreError, ClientError
+    from mlflow.exceptions import MlflowException
+    from sqlalchemy.exc import SQLAlchemyError
+
+    return (OSError, MlflowException, BotoCoreError, ClientError, Boto3Error, SQLAlchemyError)
+
+
+def _tracking_op(tracking_uri: str, operation: str) -> contextlib.AbstractContextManager[None]:
+    return TrackingError.wrapping(tracking_uri, operation, _tracking_errors())
 
 
 def step_dir(step: int) -> str:
@@ -58,6 +89,15 @@ def resolve_tracking(tracking: TrackingConfig, store: StoreConfig) -> tuple[str,
     return uri, tracking.artifact_location or (root / "mlartifacts").as_uri()
 
 
+def _setup_lock(tracking_uri: str) -> contextlib.AbstractContextManager[object]:
+    """The lock that serializes schema migration and experiment creation of a SQLite store
+    across processes (a no-op for other backends)."""
+    if not tracking_uri.startswith("sqlite:///"):
+        return contextlib.nullcontext()
+    db = Path(tracking_uri[len("sqlite:///") :])
+    return file_lock(db.with_name(db.name + ".lock"))
+
+
 def _client(tracking_uri: str, s3_endpoint: str | None) -> MlflowClient:
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     if s3_endpoint:
@@ -67,7 +107,30 @@ def _client(tracking_uri: str, s3_endpoint: str | None) -> MlflowClient:
         Path(tracking_uri[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
     from mlflow import MlflowClient
 
-    return MlflowClient(tracking_uri=tracking_uri)
+    with _setup_lock(tracking_uri):
+        return MlflowClient(tracking_uri=tracking_uri)  # opens (and migrates) the store
+
+
+def _experiment_id(
+    client: MlflowClient, tracking_uri: str, name: str, artifact_location: str | None
+) -> str:
+    """Get or create the experiment ``name``; safe when other processes do the same."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.protos.databricks_pb2 import RESOURCE_ALREADY_EXISTS, ErrorCode
+
+    with _setup_lock(tracking_uri):
+        exp = client.get_experiment_by_name(name)
+        if exp is not None:
+            return exp.experiment_id
+        try:
+            return client.create_experiment(name, artifact_location=artifact_location)
+        except MlflowException as exc:
+            if exc.error_code != ErrorCode.Name(RESOURCE_ALREADY_EXISTS):
+                raise
+        exp = client.get_experiment_by_name(name)  # another process created it meanwhile
+        if exp is None:
+            raise RuntimeError(f"MLflow experiment {name!r} exists but cannot be read back")
+        return exp.experiment_id
 
 
 def _param_value(value: Any) -> str:
@@ -95,17 +158,13 @@ class RunTracker:
     ) -> RunTracker:
         """Create a run (and the experiment if new); log the config as flattened params and
         as ``config.yaml``, and tag its hash when it is a RunConfig."""
-        client = _client(tracking_uri, s3_endpoint)
-        exp = client.get_experiment_by_name(experiment)
-        exp_id = (
-            exp.experiment_id
-            if exp is not None
-            else client.create_experiment(experiment, artifact_location=artifact_location)
-        )
         all_tags = dict(tags or {})
         if config is not None and hasattr(config, "config_hash"):
             all_tags[CONFIG_HASH_TAG] = config.config_hash()
-        run = client.create_run(exp_id, tags=all_tags, run_name=run_name)
+        with _tracking_op(tracking_uri, f"start a run in experiment {experiment}"):
+            client = _client(tracking_uri, s3_endpoint)
+            exp_id = _experiment_id(client, tracking_uri, experiment, artifact_location)
+            run = client.create_run(exp_id, tags=all_tags, run_name=run_name)
         tracker = cls(client, run.info.run_id)
         if config is not None:
             tracker.log_config(config)
@@ -130,11 +189,15 @@ class RunTracker:
     @classmethod
     def attach(cls, tracking_uri: str, run_id: str, s3_endpoint: str | None = None) -> RunTracker:
         """Resume logging to an existing run (e.g. after a crash, or from another task)."""
-        client = _client(tracking_uri, s3_endpoint)
-        run = client.get_run(run_id)  # raises if the run does not exist
-        if run.info.status != "RUNNING":
-            client.update_run(run_id, status="RUNNING")
+        with _tracking_op(tracking_uri, f"attach to run {run_id}"):
+            client = _client(tracking_uri, s3_endpoint)
+            run = client.get_run(run_id)  # raises if the run does not exist
+            if run.info.status != "RUNNING":
+                client.update_run(run_id, status="RUNNING")
         return cls(client, run_id)
+
+    def _op(self, operation: str) -> contextlib.AbstractContextManager[None]:
+        return _tracking_op(self.client.tracking_uri, f"{operation} of run {self.run_id}")
 
     def log_config(self, config: RunConfig | Mapping[str, Any]) -> None:
         """Config as flattened dotted params plus the full ``config.yaml`` artifact."""
@@ -142,9 +205,11 @@ class RunTracker:
 
         plain = config.to_dict() if hasattr(config, "to_dict") else dict(config)
         params = [Param(k, _param_value(v)) for k, v in sorted(flatten(plain).items())]
-        for i in range(0, len(params), PARAM_BATCH):
-            self.client.log_batch(self.run_id, params=params[i : i + PARAM_BATCH])
-        self.client.log_text(self.run_id, yaml.safe_dump(plain, sort_keys=False), "config.yaml")
+        text = yaml.safe_dump(plain, sort_keys=False)
+        with self._op("log the config"):
+            for i in range(0, len(params), PARAM_BATCH):
+                self.client.log_batch(self.run_id, params=params[i : i + PARAM_BATCH])
+            self.client.log_text(self.run_id, text, "config.yaml")
 
     def log_step(self, step: int, metrics: Mapping[str, float | int | bool]) -> None:
         """Per-step scalars under any names (booleans become 0/1)."""
@@ -156,11 +221,15 @@ class RunTracker:
         now = int(time.time() * 1000)
         batch = [Metric(k, float(v), now, step) for k, v in sorted(metrics.items())]
         if batch:
-            self.client.log_batch(self.run_id, metrics=batch)
+            with self._op(f"log the metrics of step {step}"):
+                self.client.log_batch(self.run_id, metrics=batch)
 
     def log_step_artifacts(self, step: int, files: Mapping[str, str | Path | bytes]) -> None:
         """Files under ``step_{k:04d}/``: name -> local path (copied) or bytes (written)."""
-        with tempfile.TemporaryDirectory(prefix="evosteer-mlflow-") as tmp:
+        with (
+            self._op(f"log the artifacts of step {step}"),
+            tempfile.TemporaryDirectory(prefix="evosteer-mlflow-") as tmp,
+        ):
             folder = Path(tmp) / step_dir(step)
             folder.mkdir()
             for name, content in files.items():
@@ -192,9 +261,11 @@ class RunTracker:
         from mlflow.entities import RunTag
 
         items = [RunTag(k, str(v)) for k, v in tags.items()]
-        for i in range(0, len(items), PARAM_BATCH):
-            self.client.log_batch(self.run_id, tags=items[i : i + PARAM_BATCH])
+        with self._op("set tags"):
+            for i in range(0, len(items), PARAM_BATCH):
+                self.client.log_batch(self.run_id, tags=items[i : i + PARAM_BATCH])
 
     def end(self, status: str = "FINISHED") -> None:
         """Mark the run FINISHED, FAILED or KILLED."""
-        self.client.set_terminated(self.run_id, status=status)
+        with self._op(f"end ({status})"):
+            self.client.set_terminated(self.run_id, status=status)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -38,17 +39,17 @@ def _moto_server_exe() -> str:
     return found
 
 
-@pytest.fixture(scope="session")
-def moto_endpoint() -> Iterator[str]:
-    """URL of a moto S3 server started for this session (fake credentials set in the env)."""
-    saved = {k: os.environ.get(k) for k in FAKE_AWS_ENV}
-    os.environ.update(FAKE_AWS_ENV)
+@contextlib.contextmanager
+def moto_server(extra_env: dict[str, str] | None = None) -> Iterator[str]:
+    """Run a moto S3 server on 127.0.0.1 (``extra_env`` configures it, e.g. turns on its
+    credential checks) and yield its URL; stopped on exit."""
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     proc = subprocess.Popen(
         [_moto_server_exe(), "-H", "127.0.0.1", "-p", str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        env={**os.environ, **(extra_env or {})},
     )
     try:
         deadline = time.monotonic() + 60
@@ -70,6 +71,17 @@ def moto_endpoint() -> Iterator[str]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+@pytest.fixture(scope="session")
+def moto_endpoint() -> Iterator[str]:
+    """URL of a moto S3 server started for this session (fake credentials set in the env)."""
+    saved = {k: os.environ.get(k) for k in FAKE_AWS_ENV}
+    os.environ.update(FAKE_AWS_ENV)
+    try:
+        with moto_server() as url:
+            yield url
+    finally:
         for key, value in saved.items():
             if value is None:
                 os.environ.pop(key, None)

@@ -1,0 +1,140 @@
+"""Concurrent use of one run dir: MLflow's SQLite setup from several processes at once, two
+`evosteer train` processes of the same run started together (one trains, the other refuses in
+one line; never two MLflow runs of one run id at a time), and the dir usable afterwards."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from mlflow import MlflowClient
+from pipeline_support import SMALL, isolate_flyte_cache, small_config
+
+from evosteer_core.cli import main as cli_main
+from evosteer_core.locks import run_lock
+from evosteer_core.stepio import run_id_for
+from evosteer_core.tracking import resolve_tracking
+from tasks.tracking_tasks import RUN_ID_TAG
+
+REPO = Path(__file__).resolve().parents[1]
+SETS = [arg for k, v in SMALL.items() for arg in ("--set", f"{k}={v}")]
+
+START_TRACKING = r"""
+import pathlib, sys, time
+import mlflow.store.tracking.sqlalchemy_store  # the slow imports, before the start signal
+from evosteer_core.tracking import RunTracker
+uri, ready, go = sys.argv[1], pathlib.Path(sys.argv[2]), pathlib.Path(sys.argv[3])
+ready.touch()
+while not go.exists():
+    time.sleep(0.005)
+print(RunTracker.start(uri, "shared-experiment", "run").run_id)
+"""
+
+
+def test_concurrent_tracking_setup_on_a_fresh_database(tmp_path):
+    """Three processes open a fresh ``mlflow.db`` and create the same experiment at one instant:
+    all succeed (one migration, one experiment, three runs)."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    go = tmp_path / "go"
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", START_TRACKING, uri, str(tmp_path / f"ready{i}"), str(go)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(3)
+    ]
+    deadline = time.monotonic() + 120
+    while not all((tmp_path / f"ready{i}").exists() for i in range(3)):
+        assert time.monotonic() < deadline and all(p.poll() is None for p in procs)
+        time.sleep(0.05)
+    go.touch()  # every process has imported MLflow: release them together
+    outs = [p.communicate(timeout=120) for p in procs]
+    for p, (_, err) in zip(procs, outs, strict=True):
+        assert p.returncode == 0, err[-2000:]
+    client = MlflowClient(tracking_uri=uri)
+    exp = client.get_experiment_by_name("shared-experiment")
+    assert exp is not None
+    runs = client.search_runs([exp.experiment_id])
+    assert sorted(r.info.run_id for r in runs) == sorted(out.strip() for out, _ in outs)
+
+
+def _train(root: Path, home: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "evosteer_core.cli", "train", "--steps", "1"]
+        + ["--run-dir", str(root), *SETS],
+        cwd=REPO,
+        env={**os.environ, "HOME": str(home)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _error_lines(err: str) -> list[str]:
+    return [ln for ln in err.replace("\r", "\n").splitlines() if ln.startswith("evosteer train:")]
+
+
+def _runs_of(cfg, run_id: str):
+    client = MlflowClient(tracking_uri=resolve_tracking(cfg.tracking, cfg.store)[0])
+    exp = client.get_experiment_by_name(cfg.tracking.experiment)
+    assert exp is not None
+    return client.search_runs(
+        [exp.experiment_id], filter_string=f"tags.`{RUN_ID_TAG}` = '{run_id}'"
+    )
+
+
+def test_two_trains_at_once_then_a_third(tmp_path, monkeypatch, capsys):
+    """Two real `evosteer train` processes of one run on a fresh dir: each either finishes or
+    refuses in one line; their MLflow runs never overlap; a third train afterwards (in-process,
+    same flytekit cache) works."""
+    root = tmp_path / "run"
+    cfg = small_config(root)
+    run_id = run_id_for(cfg)
+    home = tmp_path / "home"
+    procs = [_train(root, home), _train(root, home)]
+    outs = [p.communicate(timeout=600) for p in procs]
+    codes = [p.returncode for p in procs]
+    assert 0 in codes, [err[-3000:] for _, err in outs]
+    for code, (out, err) in zip(codes, outs, strict=True):
+        if code == 0:
+            assert out.strip().splitlines()[-1] == run_id
+        else:
+            assert code == 1 and "Traceback" not in err, err[-3000:]
+            (line,) = _error_lines(err)
+            assert line.startswith(f"evosteer train: run {run_id} in {root} is already being")
+            assert "trained by pid " in line
+
+    runs = sorted(_runs_of(cfg, run_id), key=lambda r: r.info.start_time)
+    assert len(runs) == codes.count(0)  # a refused train opened no MLflow run
+    assert all(r.info.status == "FINISHED" for r in runs)
+    for a, b in zip(runs, runs[1:], strict=False):
+        assert a.info.end_time <= b.info.start_time  # never two MLflow runs of one run at once
+
+    isolate_flyte_cache(monkeypatch, home)
+    capsys.readouterr()
+    assert cli_main(["train", "--steps", "1", "--run-dir", str(root), *SETS]) == 0
+    assert capsys.readouterr().out.strip().splitlines()[-1] == run_id
+    assert len(_runs_of(cfg, run_id)) == codes.count(0) + 1
+
+
+def test_train_of_a_run_in_training_refuses_in_one_line(tmp_path, monkeypatch, capsys):
+    """While the run's lock is held, `evosteer train` of that run exits 1 at once naming the
+    holder, and leaves no MLflow run and no step behind."""
+    isolate_flyte_cache(monkeypatch, tmp_path / "home")
+    root = tmp_path / "run"
+    cfg = small_config(root)
+    run_id = run_id_for(cfg)
+    with run_lock(str(root), run_id):
+        started = time.monotonic()
+        code = cli_main(["train", "--steps", "1", "--run-dir", str(root), *SETS])
+        elapsed = time.monotonic() - started
+    err = capsys.readouterr().err
+    assert code == 1 and elapsed < 30
+    (line,) = _error_lines(err)
+    assert f"run {run_id} in {root} is already being trained by pid {os.getpid()} on " in line
+    assert not (root / "mlflow.db").exists() and not (root / "index").exists()
