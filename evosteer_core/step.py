@@ -319,6 +319,7 @@ def update_stage(
     decisions: pd.DataFrame,
     rescored: pd.DataFrame,
     actor_optimizer: dict[str, Any],
+    *,
     nonfinite_steps: int = 0,
 ) -> dict[str, Any]:
     """Stage 4 (SPEC §1.9 steps 6–7): anchors, buckets (one step behind), one AdamW step.
@@ -516,7 +517,12 @@ def train_step(s: Session, state: TrainState, step: int) -> tuple[TrainState, di
         s, trajectories, decisions, rescored, state.value_window
     )
     upd = update_stage(
-        s, trajectories, decisions, rescored, state.actor_optimizer, state.nonfinite_steps
+        s,
+        trajectories,
+        decisions,
+        rescored,
+        state.actor_optimizer,
+        nonfinite_steps=state.nonfinite_steps,
     )
     skills, smetrics = validation_stage(s, trajectories, decisions, step)
     new_state = checkpoint_stage(

@@ -228,7 +228,9 @@ def update_artifacts(
     metrics}."""
     refs = (trajectories, decisions, rescored)
     s, st, traj, dec, resc = _open_scored(cfg, io_, state, step, "update", refs)
-    upd = core.update_stage(s, traj, dec, resc, st.actor_optimizer, st.nonfinite_steps)
+    upd = core.update_stage(
+        s, traj, dec, resc, st.actor_optimizer, nonfinite_steps=st.nonfinite_steps
+    )
     return io_.put_object(upd, "update.pt")
 
 

@@ -119,3 +119,16 @@ def test_an_unknown_benchmark_names_the_slice_key(flyte, tmp_path):
     assert isinstance(err, ConfigError)
     assert _message(err).startswith("<config>: data.train[0].name: unknown benchmark 'squad'")
     assert not flyte
+
+
+def test_evosteer_train_prints_one_line_naming_file_and_line(flyte, tmp_path, capsys):
+    from evosteer_core.cli import main
+
+    path = _not_utf8(tmp_path)
+    config = tmp_path / "bad-data.yaml"
+    config.write_text(_config(tmp_path, path).to_yaml(), encoding="utf-8")
+    assert main(["train", "--config", str(config), "--steps", "1"]) != 0
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith("evosteer train: "), last
+    assert f"{path}:2: not UTF-8 text (byte 0xe9 at column 18)" in last, last
+    assert not flyte

@@ -59,7 +59,9 @@ def _with_logp(step_one, value: float):
 def _update(step_one, rescored, cfg=None, before: int = 0):
     cfg0, state, trajectories, decisions, _ = step_one
     s = open_session(cfg or cfg0, state)
-    return update_stage(s, trajectories, decisions, rescored, state.actor_optimizer, before)
+    return update_stage(
+        s, trajectories, decisions, rescored, state.actor_optimizer, nonfinite_steps=before
+    )
 
 
 def _same(a, b) -> bool:
