@@ -27,7 +27,7 @@ from pathlib import Path
 
 from evosteer_core.artifacts import RunIndex, StoreError, open_store
 from evosteer_core.config import RunConfig, load_config
-from evosteer_core.configio import ConfigError, parse_override
+from evosteer_core.configio import InputError, parse_override
 from evosteer_core.locks import RunInUseError, run_lock
 
 
@@ -44,7 +44,7 @@ def _quiet_libraries() -> None:
 _FLYTE_PREFIX = re.compile(r"Error encountered while executing '([^']+)':\s*")
 """How flytekit's local execution prefixes the message of an exception raised in a task."""
 
-_CLEAR_ERRORS = (StoreError, RunInUseError, ConfigError)
+_CLEAR_ERRORS = (StoreError, RunInUseError, InputError)
 """Errors whose message already says what failed and where (printed without their type)."""
 
 
