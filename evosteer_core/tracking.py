@@ -138,6 +138,28 @@ def _param_value(value: Any) -> str:
     return text if len(text) <= PARAM_MAX_CHARS else text[: PARAM_MAX_CHARS - 3] + "..."
 
 
+def end_unfinished_runs(
+    config: RunConfig, tags: Mapping[str, str], status: str = "KILLED"
+) -> list[str]:
+    """Mark the RUNNING runs of the config's experiment that carry all of ``tags`` as
+    ``status``; their ids. A train calls it before it opens its own run: under the CLI's run
+    lock no other process is training that run id, so such runs belong to a process that died
+    (``kill -9``, a crash) and at most one run per run id is RUNNING at a time."""
+    uri, _ = resolve_tracking(config.tracking, config.store)
+    with _tracking_op(uri, "close unfinished runs"):
+        client = _client(uri, config.store.s3_endpoint)
+        exp = client.get_experiment_by_name(config.tracking.experiment)
+        if exp is None:
+            return []
+        query = " and ".join(f"tags.`{k}` = '{v}'" for k, v in sorted(tags.items()))
+        stale = client.search_runs(
+            [exp.experiment_id], filter_string=f"{query} and attributes.status = 'RUNNING'"
+        )
+        for run in stale:
+            client.set_terminated(run.info.run_id, status=status)
+    return [run.info.run_id for run in stale]
+
+
 class RunTracker:
     """Logs one training run to MLflow. Create with :meth:`start` or :meth:`attach`."""
 

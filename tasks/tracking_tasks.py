@@ -9,7 +9,12 @@ from flytekit import current_context, task
 
 from evosteer_core import stepio
 from evosteer_core.artifacts import ArtifactRef, RunIndex
-from evosteer_core.tracking import EXECUTION_TAG, RunTracker, resolve_tracking
+from evosteer_core.tracking import (
+    EXECUTION_TAG,
+    RunTracker,
+    end_unfinished_runs,
+    resolve_tracking,
+)
 from tasks.resources import CPU_IMAGE, LIGHT_RESOURCES, RETRIES
 from tasks.spec import RunSpec, load
 from tasks.step_tasks import Rollouts
@@ -35,11 +40,15 @@ def _tracker(config_yaml: str, spec: RunSpec, mlflow_run: str) -> RunTracker | N
 
 @task(**LIGHT_TASK)
 def start_tracking(spec: RunSpec, config_yaml: str, workflow: str) -> str:
-    """Open the MLflow run of this workflow execution (config as params); its id or ''."""
+    """Open the MLflow run of this workflow execution (config as params); its id or ''.
+    Runs of the same run id and workflow left RUNNING by a process that died are marked KILLED
+    first, so one run id has at most one RUNNING MLflow run."""
     cfg, _ = load(spec, config_yaml)
     if not cfg.tracking.enabled:
         return ""
-    tags = {EXECUTION_TAG: _execution_id(), RUN_ID_TAG: spec.run_id, "evosteer.workflow": workflow}
+    ours = {RUN_ID_TAG: spec.run_id, "evosteer.workflow": workflow}
+    end_unfinished_runs(cfg, ours)
+    tags = {EXECUTION_TAG: _execution_id(), **ours}
     return RunTracker.from_config(cfg, run_name=f"{workflow}:{spec.run_id}", tags=tags).run_id
 
 

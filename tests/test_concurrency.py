@@ -91,7 +91,7 @@ def _runs_of(cfg, run_id: str):
 def test_two_trains_at_once_then_a_third(tmp_path, monkeypatch, capsys):
     """Two real `evosteer train` processes of one run on a fresh dir: each either finishes or
     refuses in one line; their MLflow runs never overlap; a third train afterwards (in-process,
-    same flytekit cache) works."""
+    same flytekit cache) works and closes a run a killed train left RUNNING."""
     root = tmp_path / "run"
     cfg = small_config(root)
     run_id = run_id_for(cfg)
@@ -115,11 +115,18 @@ def test_two_trains_at_once_then_a_third(tmp_path, monkeypatch, capsys):
     for a, b in zip(runs, runs[1:], strict=False):
         assert a.info.end_time <= b.info.start_time  # never two MLflow runs of one run at once
 
+    # A train killed with -9 leaves its MLflow run RUNNING: the next train marks it KILLED.
+    client = MlflowClient(tracking_uri=resolve_tracking(cfg.tracking, cfg.store)[0])
+    tags = {RUN_ID_TAG: run_id, "evosteer.workflow": "train"}
+    orphan = client.create_run(runs[0].info.experiment_id, tags=tags).info.run_id
     isolate_flyte_cache(monkeypatch, home)
     capsys.readouterr()
     assert cli_main(["train", "--steps", "1", "--run-dir", str(root), *SETS]) == 0
     assert capsys.readouterr().out.strip().splitlines()[-1] == run_id
-    assert len(_runs_of(cfg, run_id)) == codes.count(0) + 1
+    assert client.get_run(orphan).info.status == "KILLED"
+    after = _runs_of(cfg, run_id)
+    assert len(after) == codes.count(0) + 2
+    assert [r.info.status for r in after].count("RUNNING") == 0
 
 
 def test_train_of_a_run_in_training_refuses_in_one_line(tmp_path, monkeypatch, capsys):
