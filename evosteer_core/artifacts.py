@@ -126,6 +126,9 @@ class StoreError(OSError):
         # flytekit prefixes ``args`` when a task fails locally; keep ``str`` the one line.
         return self.line
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.root, self.operation, self.cause))
+
     @classmethod
     @contextlib.contextmanager
     def wrapping(

@@ -56,7 +56,8 @@ def error_line(exc: BaseException) -> str:
     while seen is not None:
         if isinstance(seen, StoreError):
             return seen.line
-        seen = seen.__cause__ or seen.__context__
+        # the chain Python itself would print: an explicit cause, else an unsuppressed context
+        seen = seen.__cause__ or (None if seen.__suppress_context__ else seen.__context__)
     message = " ".join(str(exc).split())
     tasks = _FLYTE_PREFIX.findall(message)
     message = _FLYTE_PREFIX.sub("", message)

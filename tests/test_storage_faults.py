@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import errno
 import os
+import pickle
 import threading
 from pathlib import Path
 
@@ -162,6 +163,7 @@ def test_store_wraps_every_operation_with_root_and_operation(tmp_path, monkeypat
     with pytest.raises(StoreError) as info:
         store.write_entry("index/r/steps/000001/state.json", b"{}")
     assert info.value.errno == errno.ENOSPC and isinstance(info.value, OSError)
+    assert pickle.loads(pickle.dumps(info.value)).line == info.value.line
     assert str(info.value) == (
         f"store {store.root}: write entry index/r/steps/000001/state.json failed: "
         "No space left on device (ENOSPC)"
