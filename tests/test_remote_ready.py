@@ -131,9 +131,13 @@ def _compile_dynamic(dyn, **kwargs):
             return dyn.compile_into_workflow(ctx, dyn._task_function, **kwargs)
 
 
-def test_240_step_train_stays_within_the_per_dynamic_node_guidance():
+def test_240_step_train_stays_within_the_per_dynamic_node_guidance(monkeypatch):
     assert PAPER.train.steps == 240
+    # the body checks the benchmark files first; they are in the pod, not in this checkout
+    checked = []
+    monkeypatch.setattr(train_wf, "load_records", checked.append)
     outer = _compile_dynamic(train_wf.train, config_yaml=PAPER.to_yaml(), steps=0, rollout_shards=4)
+    assert [c.data for c in checked] == [PAPER.data]
     chunks = train_wf.chunks(240)
     assert len(outer.nodes) == len(chunks) + train_wf.OUTER_NODES
     assert len(outer.nodes) < train_wf.MAX_NODES_PER_DYNAMIC
