@@ -11,14 +11,21 @@ The protocol, retry policy and failure mapping are in docs/executors.md.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import math
 import re
+import socket
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import requests
+from requests.adapters import HTTPAdapter
+from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+from urllib3.exceptions import ReadTimeoutError
 
 from evosteer_core.answers import stated_answer
 from evosteer_core.executors.base import (
@@ -41,7 +48,10 @@ _COMMAND_LABEL = re.compile(r"^(?:>+|(?:command|action)\s*:)\s*", re.IGNORECASE)
 _FENCED = re.compile(r"^\s*```[^\n]*\n(.*?)\n?```\s*$", re.DOTALL)
 _OBSERVATION = "Environment observation:\n"
 _RETRY_STATUS = frozenset({429}) | frozenset(range(500, 600))
+_RETRY_KINDS = frozenset({"timeout", "unreachable", "cut_off"})
 _BACKOFF_CAP_S = 30.0
+_ABORT_POLL_S = 0.05
+_BODY_ERRORS = (requests.exceptions.ChunkedEncodingError, requests.exceptions.ContentDecodingError)
 
 TOOL_HELP = {
     "python": "To run Python, write <python>code</python>; the program's output comes back "
@@ -79,14 +89,6 @@ commands, ``unlock <name> with <name>``, had 10 words over the built-in suite's 
 EnvironmentFactory = Callable[[TaskRecord, tuple[int, str]], "Environment | None"]
 
 
-class InfraFailure(RuntimeError):
-    """The model server could not give a usable reply; ``kind`` goes to ``failure_kind``."""
-
-    def __init__(self, kind: str, detail: str) -> None:
-        super().__init__(f"{kind}: {detail}")
-        self.kind = kind
-
-
 @dataclass(frozen=True)
 class ChatReply:
     """One chat completion: text, finish reason, and token usage (estimated when absent)."""
@@ -96,6 +98,121 @@ class ChatReply:
     prompt_tokens: int
     completion_tokens: int
     usage_estimated: bool
+
+
+class InfraFailure(RuntimeError):
+    """The model server could not give a usable reply; ``kind`` goes to ``failure_kind``.
+
+    ``charge`` is the (estimated) usage of a call the server did answer, such as a reply whose
+    usage is invalid: the episode still pays for it."""
+
+    def __init__(self, kind: str, detail: str, charge: ChatReply | None = None) -> None:
+        super().__init__(f"{kind}: {detail}")
+        self.kind = kind
+        self.charge = charge
+
+
+class _Deadline:
+    """The wall-clock limit of one HTTP exchange: once it passes, a thread shuts down the
+    socket of the connection the exchange uses (which ends a read that per-read timeouts
+    never end, such as a server sending a byte every second) until the exchange ends."""
+
+    def __init__(self, seconds: float) -> None:
+        self.conn: Any = None  # set by _WatchedPool when the exchange gets its connection
+        self.expired = False
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watch, args=(seconds,), daemon=True)
+        self._thread.start()
+
+    def _watch(self, seconds: float) -> None:
+        if self._done.wait(seconds):
+            return
+        self.expired = True
+        while True:  # the connection may not be open yet: keep trying until the call ends
+            sock = getattr(self.conn, "sock", None)
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+            if self._done.wait(_ABORT_POLL_S):
+                return
+
+    def end(self) -> None:
+        self._done.set()
+        self._thread.join()
+
+
+_ACTIVE = threading.local()
+"""``deadline``: the :class:`_Deadline` of this thread's exchange in progress, if any."""
+
+
+class _WatchedPool:
+    """Mixin for urllib3 pools: hands each connection taken out to the thread's deadline."""
+
+    def _get_conn(self, timeout: float | None = None) -> Any:
+        conn = super()._get_conn(timeout)  # type: ignore[misc]
+        deadline = getattr(_ACTIVE, "deadline", None)
+        if deadline is not None:
+            deadline.conn = conn
+        return conn
+
+
+class _WatchedHTTPPool(_WatchedPool, HTTPConnectionPool):
+    pass
+
+
+class _WatchedHTTPSPool(_WatchedPool, HTTPSConnectionPool):
+    pass
+
+
+class _DeadlineAdapter(HTTPAdapter):
+    """requests' adapter with pools whose connections a :class:`_Deadline` can abort."""
+
+    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
+        super().init_poolmanager(*args, **kwargs)
+        self.poolmanager.pool_classes_by_scheme = {
+            "http": _WatchedHTTPPool,
+            "https": _WatchedHTTPSPool,
+        }
+
+
+def _request_failure(exc: requests.RequestException, expired: bool, url: str) -> InfraFailure:
+    """The failure kind of an exchange that raised (docs/executors.md, "Result mapping")."""
+    cause = exc.args[0] if exc.args else None
+    if expired or isinstance(exc, requests.Timeout) or isinstance(cause, ReadTimeoutError):
+        kind = "timeout"
+    elif isinstance(exc, _BODY_ERRORS):
+        kind = "cut_off"  # the reply's body ended early or could not be decoded
+    elif isinstance(exc, requests.ConnectionError):
+        kind = "unreachable"
+    else:
+        kind = "request_error"
+    return InfraFailure(kind, f"{url}: {type(exc).__name__}: {exc}"[:500])
+
+
+def _content_text(content: object) -> str:
+    """A message's text: a string, null (no text), or a list of text parts joined."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and all(
+        isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
+        for p in content
+    ):
+        return "".join(p["text"] for p in content)
+    raise TypeError(f"message content must be a string or a list of text parts, got {content!r}")
+
+
+def _usage_tokens(usage: object) -> tuple[int, int] | None:
+    """(prompt, completion) tokens a server reported; None when it reported none."""
+    if not isinstance(usage, dict):
+        raise TypeError(f"usage must be an object, got {usage!r}")
+    if "prompt_tokens" not in usage or "completion_tokens" not in usage:
+        return None
+    counts = usage["prompt_tokens"], usage["completion_tokens"]
+    if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in counts):
+        raise ValueError(f"usage tokens must be non-negative integers, got {usage!r}")
+    return counts
 
 
 @dataclass(frozen=True)
@@ -196,6 +313,8 @@ class OpenAIExecutor:
         self.sandbox = sandbox or SandboxLimits()
         self.environment_factory = environment_factory
         self._session = requests.Session()
+        for prefix in ("http://", "https://"):
+            self._session.mount(prefix, _DeadlineAdapter())
         if api_key:
             self._session.headers["Authorization"] = f"Bearer {api_key}"
 
@@ -254,6 +373,8 @@ class OpenAIExecutor:
                 result = self._run_tool(call.kind, call.body, turn, request)
                 messages.append({"role": "user", "content": f"<result>{result}</result>"})
         except InfraFailure as exc:
+            if exc.charge is not None:
+                turn.charge(exc.charge)
             return self._result(turn, "", start, "infra_failure", exc.kind)
         if status == "ok" and turn.tool_failed:
             status, failure = "tool_error", "tool_unavailable"
@@ -261,7 +382,8 @@ class OpenAIExecutor:
 
     # --- one model call ----------------------------------------------------------------
     def chat(self, messages: list[dict[str, str]], max_tokens: int, seed: int | None) -> ChatReply:
-        """One chat completion with bounded retries (connection errors, timeouts, 429, 5xx)."""
+        """One chat completion with bounded retries (connection errors, timeouts, cut-off
+        replies, 429, 5xx); each attempt ends within ``timeout_s`` of wall-clock time."""
         payload: dict[str, Any] = {
             "model": self.model,
             "messages": messages,
@@ -275,37 +397,57 @@ class OpenAIExecutor:
             if attempt:
                 time.sleep(min(_BACKOFF_CAP_S, self.backoff_s * 2 ** (attempt - 1)))
             try:
-                response = self._session.post(self.url, json=payload, timeout=self.timeout_s)
-            except requests.Timeout as exc:
-                last = InfraFailure("timeout", f"{self.url}: {exc}")
+                status, body = self._post(payload)
+            except InfraFailure as exc:
+                if exc.kind not in _RETRY_KINDS:
+                    raise
+                last = exc
                 continue
-            except requests.ConnectionError as exc:
-                last = InfraFailure("unreachable", f"{self.url}: {exc}")
+            detail = body[:300].decode("utf-8", "replace")
+            if status in _RETRY_STATUS:
+                last = InfraFailure(f"http_{status}", detail)
                 continue
-            if response.status_code in _RETRY_STATUS:
-                last = InfraFailure(f"http_{response.status_code}", response.text[:300])
-                continue
-            if response.status_code != 200:
-                raise InfraFailure(f"http_{response.status_code}", response.text[:300])
-            return self._parse(response, messages)
+            if status != 200:
+                raise InfraFailure(f"http_{status}", detail)
+            return self._parse(body, messages)
         raise last
 
-    @staticmethod
-    def _parse(response: requests.Response, messages: list[dict[str, str]]) -> ChatReply:
+    def _post(self, payload: dict[str, Any]) -> tuple[int, bytes]:
+        """One HTTP exchange, ended after ``timeout_s`` of wall-clock time: (status, body).
+        Every ``requests`` exception becomes an :class:`InfraFailure`."""
+        deadline = _Deadline(self.timeout_s)
+        _ACTIVE.deadline = deadline
         try:
-            body = response.json()
-            choice = body["choices"][0]
-            text = choice["message"].get("content") or ""
+            with self._session.post(
+                self.url, json=payload, timeout=self.timeout_s, stream=True
+            ) as response:
+                return response.status_code, response.content
+        except requests.RequestException as exc:
+            raise _request_failure(exc, deadline.expired, self.url) from exc
+        finally:
+            _ACTIVE.deadline = None
+            deadline.end()
+
+    @staticmethod
+    def _parse(body: bytes, messages: list[dict[str, str]]) -> ChatReply:
+        """The reply in a 200 body; anything but a chat completion with a string (or text
+        parts) content and non-negative integer usage is ``bad_response``."""
+        try:
+            data = json.loads(body)
+            choice = data["choices"][0]
+            text = _content_text(choice["message"].get("content"))
             finish = choice.get("finish_reason")
-            usage = body.get("usage") or {}
         except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
-            raise InfraFailure("bad_response", f"{exc}: {response.text[:300]}") from exc
-        if "prompt_tokens" in usage and "completion_tokens" in usage:
-            return ChatReply(
-                text, finish, int(usage["prompt_tokens"]), int(usage["completion_tokens"]), False
-            )
+            raise InfraFailure("bad_response", f"{exc}: {body[:300]!r}") from exc
         prompt = sum(estimate_tokens(m["content"]) for m in messages)
-        return ChatReply(text, finish, prompt, estimate_tokens(text), True)
+        estimated = ChatReply(text, finish, prompt, estimate_tokens(text), True)
+        try:
+            usage = _usage_tokens(data.get("usage") or {})
+        except (ValueError, TypeError) as exc:
+            raise InfraFailure("bad_response", str(exc)[:300], charge=estimated) from exc
+        if usage is None:
+            return estimated
+        return ChatReply(text, finish, *usage, False)
 
     # --- the tool loop -----------------------------------------------------------------
     def _usable_tools(self, request: NodeRequest) -> tuple[str, ...]:
