@@ -128,3 +128,29 @@ def test_max_nonfinite_steps_is_a_checked_config_key():
 
     with pytest.raises(ConfigError, match=r"train.*max_nonfinite_steps: must be >= 0, got -1"):
         load_config(None, overrides={"train.max_nonfinite_steps": -1})
+
+
+def test_the_count_is_carried_in_the_state_and_the_next_one_stops_the_run(step_one, tmp_path):
+    """Through the artifact stages the Flyte tasks run, with ``max_nonfinite_steps`` 1: the
+    first skipped update is counted in the next train state, the second stops the run."""
+    from evosteer_core import stepio
+    from evosteer_core.artifacts import open_store
+
+    _, state, trajectories, decisions, _ = step_one
+    cfg = load_config(None, overrides={**SMALL, "train.max_nonfinite_steps": 1})
+    io_ = stepio.StepStore(open_store(str(tmp_path / "store")))
+    tables = (
+        io_.put_table(trajectories, "trajectories"),
+        io_.put_table(decisions, "decisions"),
+        io_.put_table(_with_logp(step_one, -1e25), "rescored"),
+    )
+    heads = {"value_head": state.value_head, "outcome_heads": state.outcome_heads}
+    value = io_.put_object({**heads, "window": [], "metrics": {}}, "value.pt")
+    skills = io_.put_object({"skills": state.skills, "metrics": {}}, "skills.pt")
+    before = io_.put_state(state)
+    update = stepio.update_artifacts(cfg, io_, before, 1, *tables)
+    assert io_.get_object(update)["metrics"]["nonfinite_skipped"] == 1.0
+    after = stepio.checkpoint_artifacts(cfg, io_, before, 1, value, update, skills)
+    assert io_.get_state(after).nonfinite_steps == 1
+    with pytest.raises(NonFiniteStepsError, match=r"^step 1: .* 2 such steps in this run exceed"):
+        stepio.update_artifacts(cfg, io_, after, 2, *tables)
