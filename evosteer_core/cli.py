@@ -28,6 +28,7 @@ from pathlib import Path
 from evosteer_core.artifacts import RunIndex, StoreError, open_store
 from evosteer_core.config import RunConfig, load_config
 from evosteer_core.configio import InputError, parse_override
+from evosteer_core.executors.breaker import ExecutorOutageError
 from evosteer_core.locks import RunInUseError, run_lock
 
 
@@ -50,12 +51,14 @@ _CLEAR_ERRORS = (StoreError, RunInUseError, InputError)
 
 def error_line(exc: BaseException) -> str:
     """One line for a failed command: a store failure (anywhere in the cause chain) as the
-    store root, operation and cause; anything else as its type, the innermost Flyte task it
-    failed in, and its message without flytekit's prefixes."""
+    store root, operation and cause; an executor outage as its message; anything else as its
+    type, the innermost Flyte task it failed in, and its message without flytekit's prefixes."""
     seen: BaseException | None = exc
     while seen is not None:
         if isinstance(seen, StoreError):
             return seen.line
+        if isinstance(seen, ExecutorOutageError):
+            return str(seen)
         # the chain Python itself would print: an explicit cause, else an unsuppressed context
         seen = seen.__cause__ or (None if seen.__suppress_context__ else seen.__context__)
     message = " ".join(str(exc).split())
@@ -70,8 +73,10 @@ def error_line(exc: BaseException) -> str:
 class _StepProgress:
     """A tqdm bar over training steps, driven by polling the run index while a workflow runs.
 
-    Only a display, so it never raises: a failed listing (store unreachable, ...) shows as the
-    bar's postfix until a listing succeeds again; the workflow reports its own failure."""
+    The postfix shows the latest finished step's rollout health (``infra_failures``,
+    ``healthy_fraction``). Only a display, so it never raises: a failed listing (store
+    unreachable, ...) shows as the postfix until a listing succeeds again; the workflow reports
+    its own failure."""
 
     def __init__(self, index: RunIndex, total: int) -> None:
         from tqdm import tqdm
@@ -80,6 +85,8 @@ class _StepProgress:
         self.bar = tqdm(total=total, desc="train steps", unit="step", file=sys.stderr)
         self.done = threading.Event()
         self.thread = threading.Thread(target=self._poll, daemon=True)
+        self.health: tuple[int, str] = (0, "")
+        """(step, postfix) of the latest finished step read so far."""
 
     def _poll(self) -> None:
         while not self.done.wait(1.0):
@@ -87,12 +94,25 @@ class _StepProgress:
 
     def _update(self) -> None:
         try:
-            n = sum(1 for s in self.index.steps() if s >= 1 and s <= self.bar.total)
+            done = [s for s in self.index.steps() if s >= 1 and s <= self.bar.total]
+            if done and max(done) != self.health[0]:
+                self.health = (max(done), self._health(max(done)))
         except Exception as exc:  # a display must not fail the run nor print a traceback
             self.bar.set_postfix_str(f"progress unavailable: {error_line(exc)}")
             return
-        self.bar.set_postfix_str("")
-        self.bar.update(n - self.bar.n)
+        self.bar.set_postfix_str(self.health[1])
+        self.bar.update(len(done) - self.bar.n)
+
+    def _health(self, step: int) -> str:
+        from evosteer_core.rollout import rollout_health
+        from evosteer_core.stepio import StepStore
+
+        traj = StepStore(self.index.store).get_table(self.index.lookup(step, "trajectories"))
+        h = rollout_health(traj)
+        return (
+            f"step {step}: infra_failures={h['infra_failures']:.0f} "
+            f"healthy_fraction={h['healthy_fraction']:.2f}"
+        )
 
     def __enter__(self) -> _StepProgress:
         self.thread.start()

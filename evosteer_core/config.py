@@ -27,6 +27,10 @@ from evosteer_core.configio import (
     set_dotted,
     to_plain,
 )
+from evosteer_core.executors.breaker import (
+    DEFAULT_MAX_CONSECUTIVE_FAILURES,
+    DEFAULT_MIN_HEALTHY_FRACTION,
+)
 
 DEFAULT_PRESET = "tiny-sim.yaml"
 # Top-level keys that say where things are stored, logged or run, not what is computed.
@@ -109,6 +113,8 @@ class ExecutorConfig:
     retriever: RetrieverConfig | None = None
     environment: Literal["textworld"] | None = None
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
+    max_consecutive_failures: int = DEFAULT_MAX_CONSECUTIVE_FAILURES
+    min_healthy_fraction: float = DEFAULT_MIN_HEALTHY_FRACTION
 
     def __post_init__(self) -> None:
         if self.kind == "openai":
@@ -126,6 +132,14 @@ class ExecutorConfig:
         _check(self.timeout_s > 0, f"timeout_s: must be > 0, got {self.timeout_s}")
         _check(self.retries >= 0, f"retries: must be >= 0, got {self.retries}")
         _check(self.temperature >= 0, f"temperature: must be >= 0, got {self.temperature}")
+        _check(
+            self.max_consecutive_failures >= 1,
+            f"max_consecutive_failures: must be >= 1, got {self.max_consecutive_failures}",
+        )
+        _check(
+            0 <= self.min_healthy_fraction <= 1,
+            f"min_healthy_fraction: must be in [0, 1], got {self.min_healthy_fraction}",
+        )
 
 
 @dataclass(frozen=True)

@@ -9,11 +9,19 @@ Each sampled decision is charged to its episode's ledger before its action execu
 action tokens, and its time); forced decisions make no model call and cost nothing. A decision
 the budget cannot cover, or one that took longer than ``decision_deadline_s``, is replaced by
 the finalizing action of SPEC §1.2 (docs/runtime.md, "Orchestrator decisions").
+
+Node executions go through a :class:`CircuitBreaker`: an episode stops at its first
+infrastructure failure, the rollout stops calling the executor after
+``max_consecutive_failures`` in a row, and a rollout whose healthy fraction is below
+``min_healthy_fraction`` raises :class:`ExecutorOutageError` instead of returning tables that
+would be stored and cached (docs/reliability.md, "Executor outages").
 """
 
 from __future__ import annotations
 
+import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -23,6 +31,12 @@ import torch
 from evosteer_core.actions import Action
 from evosteer_core.budget import BudgetLimits
 from evosteer_core.executors.base import Executor, SkillView
+from evosteer_core.executors.breaker import (
+    DEFAULT_MAX_CONSECUTIVE_FAILURES,
+    DEFAULT_MIN_HEALTHY_FRACTION,
+    CircuitBreaker,
+    ExecutorOutageError,
+)
 from evosteer_core.features import execution_features
 from evosteer_core.heads import ValueHead
 from evosteer_core.orchestrator import Orchestrator
@@ -34,6 +48,7 @@ from evosteer_core.schemas import validate_tables
 from evosteer_core.seeding import torch_generator
 
 FAMILY_INDEX = {f: i for i, f in enumerate(FAMILIES)}
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -88,6 +103,10 @@ class RolloutContext:
     decision_clock: Callable[[int, int], float] | None = None
     """Seconds charged for a sampled decision from its (prompt, action) tokens (the sim's
     simulated clock); None: the measured wall time of the batched policy call that made it."""
+    max_consecutive_failures: int = DEFAULT_MAX_CONSECUTIVE_FAILURES
+    """Consecutive infrastructure failures after which the rollout stops calling the executor."""
+    min_healthy_fraction: float = DEFAULT_MIN_HEALTHY_FRACTION
+    """Below this healthy fraction of its trajectories the rollout is an executor outage."""
 
 
 def _values(head: ValueHead, feats: list[list[float]], families: list[str]) -> list[float]:
@@ -100,13 +119,16 @@ def _values(head: ValueHead, feats: list[list[float]], families: list[str]) -> l
 def collect_rollouts(
     policy: Orchestrator, plans: Sequence[EpisodePlan], ctx: RolloutContext
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Run every plan to completion; return validated (trajectories, decisions) tables."""
+    """Run every plan to completion; return validated (trajectories, decisions) tables.
+
+    Raises :class:`ExecutorOutageError` when the healthy fraction is below the floor."""
+    breaker = CircuitBreaker(ctx.executor, ctx.max_consecutive_failures)
     episodes = [
         Episode(
             p.record,
             ctx.catalogue,
             ctx.limits,
-            ctx.executor,
+            breaker,
             ctx.evaluator,
             menu=ctx.menus.get(p.record.family, ()),
             run_seed=ctx.run_seed,
@@ -178,7 +200,57 @@ def collect_rollouts(
         pd.DataFrame(rows).sort_values(["traj_id", "t"], kind="stable").reset_index(drop=True)
     )
     validate_tables(trajectories, decisions_df)
+    _check_health(trajectories, episodes, breaker, ctx)
     return trajectories, decisions_df
+
+
+def rollout_health(trajectories: pd.DataFrame) -> dict[str, float]:
+    """``infra_failures``: trajectories that hit an infrastructure failure (each stops at its
+    first, so this is also the number of failed node executions); ``healthy_fraction``: the
+    share of trajectories that did not (1 for an empty table)."""
+    n = len(trajectories)
+    failed = int((~trajectories["healthy"].astype(bool)).sum()) if n else 0
+    return {"infra_failures": failed, "healthy_fraction": (n - failed) / n if n else 1.0}
+
+
+def _check_health(
+    trajectories: pd.DataFrame,
+    episodes: Sequence[Episode],
+    breaker: CircuitBreaker,
+    ctx: RolloutContext,
+) -> None:
+    """Warn when any trajectory is unhealthy; raise ExecutorOutageError below the floor."""
+    health = rollout_health(trajectories)
+    if health["infra_failures"] == 0:
+        return
+    kinds = Counter(
+        o.result.failure_kind
+        for ep in episodes
+        for o in ep.history
+        if o.result is not None and o.result.status == "infra_failure"
+    )
+    n, frac = len(trajectories), health["healthy_fraction"]
+    what = (
+        f"{health['infra_failures']} of {n} trajectories hit an infrastructure failure of "
+        f"executor {breaker.name} ({', '.join(f'{k} x{c}' for k, c in sorted(kinds.items()))})"
+    )
+    if breaker.open:
+        what += (
+            f"; the circuit breaker opened after {breaker.threshold} consecutive failures "
+            f"(executor.max_consecutive_failures) and refused {breaker.refused} node executions"
+        )
+    if frac < ctx.min_healthy_fraction:
+        raise ExecutorOutageError(
+            f"executor outage at step {ctx.step}: healthy fraction {frac:.3f} is below "
+            f"executor.min_healthy_fraction {ctx.min_healthy_fraction:g}: {what}; nothing of "
+            "this rollout was stored, re-run when the executor is back"
+        )
+    log.warning(
+        "step %d: healthy fraction %.3f: %s; unhealthy trajectories are left out of the update",
+        ctx.step,
+        frac,
+        what,
+    )
 
 
 def _force(d: dict, legal: list[str], action: str, charge: DecisionCharge) -> None:

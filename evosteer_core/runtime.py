@@ -130,7 +130,8 @@ class Episode:
     # --- state queries ---------------------------------------------------------------
     @property
     def healthy(self) -> bool:
-        """False once any node execution hit an infrastructure failure."""
+        """False once any node execution hit an infrastructure failure (the episode is then
+        finalized at once: it makes no further executor call)."""
         return not any(
             o.result is not None and o.result.status == "infra_failure" for o in self.history
         )
@@ -321,6 +322,10 @@ class Episode:
         )
         result = self.executor.run_node(request)
         self.ledger.charge_node(result, node.node_id)
+        if result.status == "infra_failure":
+            # the trajectory is unhealthy from here on: no further executor calls
+            reason = f"node {node.node_id} hit an infrastructure failure ({result.failure_kind})"
+            self.finalize(reason)
         previous = node.output
         node.output, node.last_result, node.version = result.text, result, node.version + 1
         return Observation(

@@ -212,6 +212,8 @@ def _rollout_context(
         renderer=s.cfg.policy.renderer,
         temperature=s.cfg.policy.temperature,
         decision_clock=_decision_clock(s.world.executor),
+        max_consecutive_failures=s.cfg.executor.max_consecutive_failures,
+        min_healthy_fraction=s.cfg.executor.min_healthy_fraction,
     )
 
 

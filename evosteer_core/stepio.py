@@ -23,6 +23,7 @@ import torch
 from evosteer_core import step as core
 from evosteer_core.artifacts import ArtifactRef, ArtifactStore
 from evosteer_core.config import OPERATIONAL_KEYS, RunConfig
+from evosteer_core.rollout import rollout_health
 from evosteer_core.schemas import DECISIONS, TRAJECTORIES, validate_rescored, validate_tables
 from evosteer_core.seeding import derive_seed
 from evosteer_core.state import TrainState, from_bytes, to_bytes
@@ -276,8 +277,9 @@ def checkpoint_artifacts(
 
 
 def step_metrics(io_: StepStore, refs: Mapping[str, ArtifactRef]) -> dict[str, float]:
-    """The step's scalar metrics, read back from its value, update and skills artifacts."""
-    out: dict[str, float] = {}
+    """The step's scalar metrics, read back from its value, update and skills artifacts, and
+    its rollout's health (``infra_failures``, ``healthy_fraction``) from the trajectories."""
+    out: dict[str, float] = dict(rollout_health(io_.get_table(refs["trajectories"])))
     for name in ("value", "update", "skills"):
         out.update({k: float(v) for k, v in io_.get_object(refs[name])["metrics"].items()})
     return out

@@ -7,6 +7,7 @@ from evosteer_core.artifacts import ArtifactRef, put_json
 from evosteer_core.benchmarks.loaders import load_benchmark
 from evosteer_core.evaluation import summarize
 from evosteer_core.records import FAMILIES, TaskRecord
+from tasks.errors import executor_outage_is_recoverable
 from tasks.resources import (
     CACHE_VERSION,
     CPU_IMAGE,
@@ -47,10 +48,11 @@ def evaluate_benchmark(
     cfg, io = load(spec, config_yaml)
     records = benchmark_records(cfg, benchmark, path)
     s = core.open_session(cfg, io.get_state(state))
-    return [
-        core.evaluate_policy(s, records, use_adapter=True, runs=1, tag=f"eval/{benchmark}/{k}")
-        for k in range(runs)
-    ]
+    with executor_outage_is_recoverable():
+        return [
+            core.evaluate_policy(s, records, use_adapter=True, runs=1, tag=f"eval/{benchmark}/{k}")
+            for k in range(runs)
+        ]
 
 
 @task(retries=RETRIES, container_image=CPU_IMAGE, requests=LIGHT_RESOURCES, limits=LIGHT_RESOURCES)

@@ -12,6 +12,7 @@ from flytekit import Cache, task
 
 from evosteer_core import stepio
 from evosteer_core.artifacts import ArtifactRef
+from tasks.errors import executor_outage_is_recoverable
 from tasks.resources import (
     CACHE_VERSION,
     CPU_IMAGE,
@@ -59,9 +60,10 @@ def init_run(spec: RunSpec, config_yaml: str) -> ArtifactRef:
 
 @task(**GPU_TASK)
 def rollout(spec: RunSpec, config_yaml: str, step: int, state: ArtifactRef) -> Rollouts:
-    """Stage 1: the step's trajectories and decisions."""
+    """Stage 1: the step's trajectories and decisions (an executor outage is retried)."""
     cfg, io = load(spec, config_yaml)
-    return Rollouts(*stepio.rollout_artifacts(cfg, io, state, step))
+    with executor_outage_is_recoverable():
+        return Rollouts(*stepio.rollout_artifacts(cfg, io, state, step))
 
 
 @task(**GPU_TASK)
@@ -70,7 +72,8 @@ def rollout_shard(
 ) -> Rollouts:
     """Stage 1 for one record shard (the remote fan-out; ``gather_rollouts`` joins them)."""
     cfg, io = load(spec, config_yaml)
-    return Rollouts(*stepio.rollout_artifacts(cfg, io, state, step, shard, n_shards))
+    with executor_outage_is_recoverable():
+        return Rollouts(*stepio.rollout_artifacts(cfg, io, state, step, shard, n_shards))
 
 
 @task(**CPU_TASK)
