@@ -135,6 +135,7 @@ def _config(args: argparse.Namespace) -> RunConfig:
 
 
 def _tracking_summary(cfg: RunConfig, mlflow_run: str) -> list[str]:
+    from evosteer_core.redact import redact_url
     from evosteer_core.tracking import resolve_tracking
 
     if not mlflow_run:
@@ -142,7 +143,7 @@ def _tracking_summary(cfg: RunConfig, mlflow_run: str) -> list[str]:
     uri, _ = resolve_tracking(cfg.tracking, cfg.store)
     return [
         f"MLflow run:     {mlflow_run} (experiment {cfg.tracking.experiment})",
-        f"MLflow UI:      mlflow ui --backend-store-uri {uri}",
+        f"MLflow UI:      mlflow ui --backend-store-uri {redact_url(uri)}",
     ]
 
 

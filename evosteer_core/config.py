@@ -31,6 +31,7 @@ from evosteer_core.executors.breaker import (
     DEFAULT_MAX_CONSECUTIVE_FAILURES,
     DEFAULT_MIN_HEALTHY_FRACTION,
 )
+from evosteer_core.redact import redact_urls
 
 DEFAULT_PRESET = "tiny-sim.yaml"
 # Top-level keys that say where things are stored, logged or run, not what is computed.
@@ -399,15 +400,26 @@ class RunConfig:
         """The full configuration as YAML text (every default made explicit)."""
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
 
+    def public_dict(self) -> dict[str, Any]:
+        """``to_dict`` with credentials redacted from every URL (``redact.redact_urls``): the
+        form that is logged, stored and hashed; connections use the real config."""
+        return redact_urls(self.to_dict())
+
+    def public_yaml(self) -> str:
+        """:meth:`public_dict` as YAML text."""
+        return yaml.safe_dump(self.public_dict(), sort_keys=False)
+
     def config_hash(self) -> str:
         """sha256 of the canonical JSON of every section that determines results.
 
         ``name``, ``store``, ``tracking`` and ``images`` are left out: moving a run to another
-        bucket or tracking server does not change what it computes (nor its cache keys).
+        bucket or tracking server does not change what it computes (nor its cache keys). URLs
+        are hashed redacted (:meth:`public_dict`): a changed password is the same run, and the
+        stored config hashes as the run does.
         """
         from evosteer_core.artifacts import canonical_json
 
-        data = {k: v for k, v in self.to_dict().items() if k not in OPERATIONAL_KEYS}
+        data = {k: v for k, v in self.public_dict().items() if k not in OPERATIONAL_KEYS}
         return hashlib.sha256(canonical_json(data)).hexdigest()
 
 

@@ -49,7 +49,7 @@ def step_config_hash(cfg: RunConfig) -> str:
 
     from evosteer_core.artifacts import canonical_json
 
-    data = {k: v for k, v in cfg.to_dict().items() if k not in OPERATIONAL_KEYS}
+    data = {k: v for k, v in cfg.public_dict().items() if k not in OPERATIONAL_KEYS}
     data["train"] = {k: v for k, v in data["train"].items() if k != "steps"}
     return hashlib.sha256(canonical_json(data)).hexdigest()
 

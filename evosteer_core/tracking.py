@@ -28,6 +28,7 @@ import yaml
 from evosteer_core.artifacts import ArtifactRef, ArtifactStore, StoreError, canonical_json
 from evosteer_core.configio import ConfigError, flatten
 from evosteer_core.locks import file_lock
+from evosteer_core.redact import redact_url, redact_urls
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -58,7 +59,7 @@ def _tracking_errors() -> tuple[type[BaseException], ...]:
 
 
 def _tracking_op(tracking_uri: str, operation: str) -> contextlib.AbstractContextManager[None]:
-    return TrackingError.wrapping(tracking_uri, operation, _tracking_errors())
+    return TrackingError.wrapping(redact_url(tracking_uri), operation, _tracking_errors())
 
 
 def step_dir(step: int) -> str:
@@ -89,12 +90,19 @@ def resolve_tracking(tracking: TrackingConfig, store: StoreConfig) -> tuple[str,
     return uri, tracking.artifact_location or (root / "mlartifacts").as_uri()
 
 
+def _sqlite_file(tracking_uri: str) -> Path | None:
+    """The database file of a ``sqlite:///`` URI (without its query), else None."""
+    if not tracking_uri.startswith("sqlite:///"):
+        return None
+    return Path(tracking_uri[len("sqlite:///") :].partition("?")[0])
+
+
 def _setup_lock(tracking_uri: str) -> contextlib.AbstractContextManager[object]:
     """The lock that serializes schema migration and experiment creation of a SQLite store
     across processes (a no-op for other backends)."""
-    if not tracking_uri.startswith("sqlite:///"):
+    db = _sqlite_file(tracking_uri)
+    if db is None:
         return contextlib.nullcontext()
-    db = Path(tracking_uri[len("sqlite:///") :])
     return file_lock(db.with_name(db.name + ".lock"))
 
 
@@ -103,8 +111,9 @@ def _client(tracking_uri: str, s3_endpoint: str | None) -> MlflowClient:
     if s3_endpoint:
         # MLflow's S3 artifact repository reads its endpoint from the environment only.
         os.environ["MLFLOW_S3_ENDPOINT_URL"] = s3_endpoint
-    if tracking_uri.startswith("sqlite:///"):
-        Path(tracking_uri[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
+    db = _sqlite_file(tracking_uri)
+    if db is not None:
+        db.parent.mkdir(parents=True, exist_ok=True)
     from mlflow import MlflowClient
 
     with _setup_lock(tracking_uri):
@@ -222,10 +231,11 @@ class RunTracker:
         return _tracking_op(self.client.tracking_uri, f"{operation} of run {self.run_id}")
 
     def log_config(self, config: RunConfig | Mapping[str, Any]) -> None:
-        """Config as flattened dotted params plus the full ``config.yaml`` artifact."""
+        """Config as flattened dotted params plus the full ``config.yaml`` artifact, with
+        credentials redacted from its URLs."""
         from mlflow.entities import Param
 
-        plain = config.to_dict() if hasattr(config, "to_dict") else dict(config)
+        plain = redact_urls(config.to_dict() if hasattr(config, "to_dict") else dict(config))
         params = [Param(k, _param_value(v)) for k, v in sorted(flatten(plain).items())]
         text = yaml.safe_dump(plain, sort_keys=False)
         with self._op("log the config"):

@@ -61,12 +61,12 @@ def record_init(spec: RunSpec, config_yaml: str, state: ArtifactRef) -> Artifact
     """Record the config and the step-0 state in the run index; pass the state on.
 
     The config entry is replaced on every execution (an extended run differs only in
-    ``train.steps``, which no step depends on)."""
-    _, io = load(spec, config_yaml)
+    ``train.steps``, which no step depends on). It is the config with credentials redacted
+    from its URLs (``RunConfig.public_yaml``), which hashes as the run does."""
+    cfg, io = load(spec, config_yaml)
     index = RunIndex(io.store, spec.run_id)
-    index.record(
-        0, CONFIG_ENTRY, io.store.put_bytes(config_yaml.encode(), "config.yaml"), replace=True
-    )
+    config_ref = io.store.put_bytes(cfg.public_yaml().encode(), "config.yaml")
+    index.record(0, CONFIG_ENTRY, config_ref, replace=True)
     index.record(0, "state", state)
     return state
 

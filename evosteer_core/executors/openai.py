@@ -37,6 +37,7 @@ from evosteer_core.executors.base import (
     ToolUse,
 )
 from evosteer_core.records import TaskRecord
+from evosteer_core.redact import redact_text, redact_url
 from evosteer_core.seeding import derive_seed
 from evosteer_core.tools.sandbox import SandboxLimits, format_run, run_python
 from evosteer_core.tools.search import RESULT_CHARS, Retriever, RetrieverError, format_passages
@@ -186,7 +187,7 @@ def _request_failure(exc: requests.RequestException, expired: bool, url: str) ->
         kind = "unreachable"
     else:
         kind = "request_error"
-    return InfraFailure(kind, f"{url}: {type(exc).__name__}: {exc}"[:500])
+    return InfraFailure(kind, redact_text(f"{url}: {type(exc).__name__}: {exc}")[:500])
 
 
 def _content_text(content: object) -> str:
@@ -392,7 +393,7 @@ class OpenAIExecutor:
         }
         if seed is not None:
             payload["seed"] = seed
-        last = InfraFailure("unreachable", self.url)
+        last = InfraFailure("unreachable", redact_url(self.url))
         for attempt in range(self.max_retries + 1):
             if attempt:
                 time.sleep(min(_BACKOFF_CAP_S, self.backoff_s * 2 ** (attempt - 1)))

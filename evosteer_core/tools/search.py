@@ -16,6 +16,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import requests
 
+from evosteer_core.redact import redact_text, redact_url
+
 TOP_K = 3
 PASSAGE_CHARS = 600
 RESULT_CHARS = 2000
@@ -124,17 +126,20 @@ class HTTPRetriever:
                 timeout=self.timeout_s,
             )
         except requests.RequestException as exc:
-            raise RetrieverError(f"search service {self.url} unreachable: {exc}") from exc
+            raise RetrieverError(
+                redact_text(f"search service {self.url} unreachable: {exc}")
+            ) from exc
         if reply.status_code != 200:
             raise RetrieverError(
-                f"search service {self.url} answered HTTP {reply.status_code}: {reply.text[:200]}"
+                f"search service {redact_url(self.url)} answered HTTP {reply.status_code}: "
+                f"{reply.text[:200]}"
             )
         try:
             rows = reply.json()["passages"]
             return [_passage_from_json(row) for row in rows][:k]
         except (ValueError, KeyError, TypeError) as exc:
             raise RetrieverError(
-                f"search service {self.url}: malformed reply, expected "
+                f"search service {redact_url(self.url)}: malformed reply, expected "
                 f'{{"passages": [{{"doc_id", "text", "score"}}, ...]}} ({exc})'
             ) from exc
 
