@@ -4,11 +4,13 @@ exception, and no call outlives its wall-clock deadline."""
 
 from __future__ import annotations
 
+import http.client
 import socket
 import time
 
 import pytest
 import requests
+import urllib3
 from fault_server import FaultServer
 
 from evosteer_core.budget import BudgetLedger, BudgetLimits
@@ -136,6 +138,26 @@ def test_unreachable_is_classified():
         port = s.getsockname()[1]  # nothing listens there once closed
     ex = OpenAIExecutor(f"http://127.0.0.1:{port}/v1", "m", max_retries=0, timeout_s=1)
     assert_infra(ex.run_node(node_request()), "unreachable")
+
+
+@pytest.mark.parametrize(
+    ("exc", "kind"),
+    [
+        (requests.exceptions.InvalidURL("bad"), "request_error"),
+        (requests.exceptions.ContentDecodingError("gzip"), "cut_off"),
+        (urllib3.exceptions.ProtocolError("unwrapped"), "unreachable"),
+        (http.client.RemoteDisconnected("unwrapped"), "unreachable"),
+        (TimeoutError("unwrapped"), "timeout"),
+    ],
+)
+def test_every_error_of_the_http_stack_is_classified(exc, kind, monkeypatch):
+    ex = OpenAIExecutor("http://127.0.0.1:9/v1", "m", max_retries=0)
+
+    def post(*args, **kwargs):
+        raise exc
+
+    monkeypatch.setattr(ex._session, "post", post)
+    assert_infra(ex.run_node(node_request()), kind)
 
 
 def test_the_configured_api_key_is_sent_with_every_request(tmp_path, monkeypatch):

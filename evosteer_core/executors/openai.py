@@ -12,6 +12,7 @@ The protocol, retry policy and failure mapping are in docs/executors.md.
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
 import math
 import re
@@ -23,9 +24,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import requests
+import urllib3
 from requests.adapters import HTTPAdapter
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
-from urllib3.exceptions import ReadTimeoutError
 
 from evosteer_core.answers import stated_answer
 from evosteer_core.executors.base import (
@@ -53,6 +54,9 @@ _RETRY_KINDS = frozenset({"timeout", "unreachable", "cut_off"})
 _BACKOFF_CAP_S = 30.0
 _ABORT_POLL_S = 0.05
 _BODY_ERRORS = (requests.exceptions.ChunkedEncodingError, requests.exceptions.ContentDecodingError)
+_TIMEOUTS = (requests.Timeout, TimeoutError, urllib3.exceptions.TimeoutError)
+_HTTP_ERRORS = (OSError, http.client.HTTPException, urllib3.exceptions.HTTPError)
+"""What one exchange can raise besides an answer (requests' exceptions are OSErrors)."""
 
 TOOL_HELP = {
     "python": "To run Python, write <python>code</python>; the program's output comes back "
@@ -176,17 +180,20 @@ class _DeadlineAdapter(HTTPAdapter):
         }
 
 
-def _request_failure(exc: requests.RequestException, expired: bool, url: str) -> InfraFailure:
-    """The failure kind of an exchange that raised (docs/executors.md, "Result mapping")."""
+def _request_failure(exc: Exception, expired: bool, url: str) -> InfraFailure:
+    """The failure kind of an exchange that raised (docs/executors.md, "Result mapping"):
+    a ``requests`` exception, or an OS, ``http.client`` or urllib3 error that got past it."""
     cause = exc.args[0] if exc.args else None
-    if expired or isinstance(exc, requests.Timeout) or isinstance(cause, ReadTimeoutError):
+    if expired or isinstance(exc, _TIMEOUTS) or isinstance(cause, _TIMEOUTS):
         kind = "timeout"
     elif isinstance(exc, _BODY_ERRORS):
         kind = "cut_off"  # the reply's body ended early or could not be decoded
-    elif isinstance(exc, requests.ConnectionError):
-        kind = "unreachable"
-    else:
+    elif isinstance(exc, requests.RequestException) and not isinstance(
+        exc, requests.ConnectionError
+    ):
         kind = "request_error"
+    else:
+        kind = "unreachable"
     return InfraFailure(kind, redact_text(f"{url}: {type(exc).__name__}: {exc}")[:500])
 
 
@@ -423,7 +430,7 @@ class OpenAIExecutor:
                 self.url, json=payload, timeout=self.timeout_s, stream=True
             ) as response:
                 return response.status_code, response.content
-        except requests.RequestException as exc:
+        except _HTTP_ERRORS as exc:
             raise _request_failure(exc, deadline.expired, self.url) from exc
         finally:
             _ACTIVE.deadline = None
