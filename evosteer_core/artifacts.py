@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 from urllib.parse import urlsplit
 
+from evosteer_core.redact import redact_text, redact_url
+
 CHUNK = 1 << 20
 _SHA_RE = re.compile(r"^[0-9a-f]{64}$")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -96,17 +98,7 @@ def describe_storage_error(exc: BaseException) -> str:
             text += " (check the S3 credentials, e.g. AWS_ACCESS_KEY_ID)"
         return text
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else "no message"
-    return f"{type(exc).__name__}: {first[:300]}"
-
-
-def without_credentials(url: str) -> str:
-    """``url`` without a ``user:password@`` part (safe to print)."""
-    parts = urlsplit(url)
-    if parts.username is None and parts.password is None:
-        return url
-    host = parts.hostname or ""
-    netloc = f"{host}:{parts.port}" if parts.port else host
-    return parts._replace(netloc=netloc).geturl()
+    return f"{type(exc).__name__}: {redact_text(first[:300])}"
 
 
 class StoreError(OSError):
@@ -117,7 +109,7 @@ class StoreError(OSError):
 
     def __init__(self, root: str, operation: str, cause: BaseException) -> None:
         self.root, self.operation, self.cause = root, operation, cause
-        where = without_credentials(root)
+        where = redact_url(root)
         self.line = f"{self.what} {where}: {operation} failed: {describe_storage_error(cause)}"
         super().__init__(self.line)
         self.errno = getattr(cause, "errno", None)

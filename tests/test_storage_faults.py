@@ -170,6 +170,13 @@ def test_store_wraps_every_operation_with_root_and_operation(tmp_path, monkeypat
     )
 
 
+def test_error_lines_carry_no_credentials():
+    cause = RuntimeError("failed GET http://user:hunter2@db.example/x?token=hunter2")
+    err = StoreError("postgresql://admin:hunter2@db.example/mlflow", "read entry k", cause)
+    assert "hunter2" not in err.line
+    assert err.line.startswith("store postgresql://REDACTED@db.example/mlflow: read entry k")
+
+
 def test_s3_store_errors_name_root_and_operation(moto_endpoint):
     store = S3Store("absent-bucket", "p", moto_endpoint)
     with pytest.raises(StoreError, match=r"^store s3://absent-bucket/p: write object \w+"):
