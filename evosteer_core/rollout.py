@@ -200,7 +200,7 @@ def collect_rollouts(
         pd.DataFrame(rows).sort_values(["traj_id", "t"], kind="stable").reset_index(drop=True)
     )
     validate_tables(trajectories, decisions_df)
-    _check_health(trajectories, episodes, breaker, ctx)
+    _check_health(trajectories, episodes, breaker, ctx, any(p.evaluation for p in plans))
     return trajectories, decisions_df
 
 
@@ -218,8 +218,10 @@ def _check_health(
     episodes: Sequence[Episode],
     breaker: CircuitBreaker,
     ctx: RolloutContext,
+    evaluation: bool,
 ) -> None:
     """Warn when any trajectory is unhealthy; raise ExecutorOutageError below the floor."""
+    where = "in an evaluation rollout" if evaluation else f"at step {ctx.step}"
     health = rollout_health(trajectories)
     if health["infra_failures"] == 0:
         return
@@ -241,13 +243,13 @@ def _check_health(
         )
     if frac < ctx.min_healthy_fraction:
         raise ExecutorOutageError(
-            f"executor outage at step {ctx.step}: healthy fraction {frac:.3f} is below "
+            f"executor outage {where}: healthy fraction {frac:.3f} is below "
             f"executor.min_healthy_fraction {ctx.min_healthy_fraction:g}: {what}; nothing of "
             "this rollout was stored, re-run when the executor is back"
         )
     log.warning(
-        "step %d: healthy fraction %.3f: %s; unhealthy trajectories are left out of the update",
-        ctx.step,
+        "executor failures %s: healthy fraction %.3f: %s; unhealthy trajectories are left out",
+        where,
         frac,
         what,
     )

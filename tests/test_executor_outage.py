@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 from fault_server import FaultServer
+from flytekit.exceptions.user import FlyteRecoverableException
 from json_server import JSONServer
 from mlflow import MlflowClient
 from pipeline_support import isolate_flyte_cache
@@ -115,6 +116,15 @@ def test_the_breaker_stops_a_rollout_on_a_dead_executor_and_raises_an_outage():
     assert "\n" not in message
 
 
+def test_an_evaluation_on_a_dead_executor_is_an_outage_too():
+    with FaultServer("http_500") as srv:
+        ctx = context(executor(srv), max_consecutive_failures=2)
+        evaluation = [EpisodePlan(r, "theta", 0, evaluation=True) for r in RECORDS[:4]]
+        with pytest.raises(ExecutorOutageError, match="^executor outage in an evaluation rollout"):
+            collect_rollouts(NodeRunner(), evaluation, ctx)
+    assert len(srv.log) == 2
+
+
 def test_a_hanging_executor_costs_at_most_the_breaker_threshold_times_a_call():
     timeout_s, retries, threshold = 0.25, 1, 2
     bound = threshold * (retries + 1) * timeout_s  # backoff_s = 0
@@ -142,8 +152,9 @@ def test_a_partial_outage_warns_and_keeps_the_healthy_trajectories(caplog):
     assert 0 < health["healthy_fraction"] < 1
     (warning,) = [r for r in caplog.records if r.levelno == logging.WARNING]
     n = health["infra_failures"]
-    assert f"step 1: healthy fraction {health['healthy_fraction']:.3f}: {n} of 8" in (
-        warning.getMessage()
+    assert warning.getMessage().startswith(
+        f"executor failures at step 1: healthy fraction {health['healthy_fraction']:.3f}: "
+        f"{n} of 8 trajectories hit an infrastructure failure of executor openai (http_500 x{n})"
     )
 
 
@@ -201,10 +212,11 @@ def _train_args(root: Path, base_url: str) -> list[str]:
     return args
 
 
-def test_an_outage_fails_in_one_line_and_is_not_cached(tmp_path, monkeypatch, capsys):
-    """Executor down: the train fails naming the outage. Server back (every 6th call still
-    failing): the same command calls the executor again, trains, and logs the rollout's
-    health to MLflow and the progress line (before: zero requests, the same failure)."""
+def test_an_outage_fails_in_one_line_and_is_not_cached(tmp_path, monkeypatch, capsys, caplog):
+    """Executor down: the train fails naming the outage, a recoverable Flyte error. Server
+    back (every 6th call still failing): the same command calls the executor again, trains,
+    and logs the rollout's health to MLflow and the progress line (before: zero requests,
+    the same failure)."""
     isolate_flyte_cache(monkeypatch, tmp_path / "home")
     down = {"on": True}
     requests: list[int] = []
@@ -222,6 +234,11 @@ def test_an_outage_fails_in_one_line_and_is_not_cached(tmp_path, monkeypatch, ca
         assert err.startswith("evosteer train: executor outage at step 1: healthy fraction 0.000")
         assert "the circuit breaker opened after 5 consecutive failures" in err
         assert len(requests) == 5
+        # the rollout task raised it as Flyte's recoverable error (retried on a cluster)
+        with pytest.raises(FlyteRecoverableException) as info:
+            cli_main(["--debug", *args])
+        assert isinstance(info.value.__cause__, ExecutorOutageError)
+        assert len(requests) == 10  # the failed rollout was not cached
 
         down["on"] = False
         requests.clear()
@@ -236,3 +253,5 @@ def test_an_outage_fails_in_one_line_and_is_not_cached(tmp_path, monkeypatch, ca
     assert failures.step == healthy.step == 1
     assert failures.value > 0 and 0.25 <= healthy.value < 1
     assert f"infra_failures={failures.value:.0f} healthy_fraction={healthy.value:.2f}" in err
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any(m.startswith("executor failures at step 1: healthy fraction") for m in warned)
