@@ -43,6 +43,15 @@ def _moto_server_exe() -> str:
 def moto_server(extra_env: dict[str, str] | None = None) -> Iterator[str]:
     """Run a moto S3 server on 127.0.0.1 (``extra_env`` configures it, e.g. turns on its
     credential checks) and yield its URL; stopped on exit."""
+    with moto_server_process(extra_env) as (url, _):
+        yield url
+
+
+@contextlib.contextmanager
+def moto_server_process(
+    extra_env: dict[str, str] | None = None,
+) -> Iterator[tuple[str, subprocess.Popen]]:
+    """:func:`moto_server`, also yielding its process (a test can stall it with SIGSTOP)."""
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     proc = subprocess.Popen(
@@ -63,7 +72,7 @@ def moto_server(extra_env: dict[str, str] | None = None) -> Iterator[str]:
                 if proc.poll() is not None or time.monotonic() > deadline:
                     pytest.fail(f"moto_server did not start on {url} (exit code {proc.poll()})")
                 time.sleep(0.2)
-        yield url
+        yield url, proc
     finally:
         proc.terminate()
         try:

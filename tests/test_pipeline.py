@@ -197,3 +197,19 @@ def test_replay_identical_then_tampered_artifact_is_named(base_run, tmp_path, ca
     assert "differing artifacts: value" in text.splitlines()[-1]
     for name in set(STEP_ARTIFACTS) - {"value"}:
         assert f"{name}: identical" in text
+
+
+def test_replay_names_a_deleted_object_as_missing(base_run, tmp_path, capsys):
+    """A recorded object deleted from the store: replay still recomputes the step, exits 1 and
+    names that artifact as missing with its object, the others identical."""
+    cfg, out = base_run
+    copy = tmp_path / "deleted"
+    shutil.copytree(cfg.store.root, copy)
+    ref = RunIndex(open_store(str(copy)), out.run_id).lookup(2, "update")
+    (copy / object_key(ref.sha256)).unlink()
+    assert cli_main(["replay", "--run-dir", str(copy), "--run", out.run_id, "--step", "2"]) == 1
+    text = capsys.readouterr().out
+    assert f"update: DIFFERS — stored object missing: artifact {ref.uri} not found" in text
+    assert "differing artifacts: update" in text.splitlines()[-1]
+    for name in set(STEP_ARTIFACTS) - {"update"}:
+        assert f"{name}: identical" in text
