@@ -91,6 +91,10 @@ def decode(data: object) -> object:
     return {"t": tuple, "s": set, "fs": frozenset}[tag](items)
 
 
+READY = b"ready\n"
+"""The tests process's first line to the program process: it may import the program now."""
+
+
 def _send(stream: object, message: dict) -> None:
     stream.write(json.dumps(message).encode() + b"\n")  # type: ignore[attr-defined]
     stream.flush()  # type: ignore[attr-defined]
@@ -105,6 +109,10 @@ def serve_program(source_fd: int, call_fd: int, reply_fd: int) -> None:
     """Import the program as ``solution`` and answer calls until the tests process is done."""
     source = _read_fd(source_fd).decode()
     calls, replies = os.fdopen(call_fd, "rb"), os.fdopen(reply_fd, "wb")
+    # No program code runs before the tests process says it is ready (non-dumpable where it
+    # shares this uid): otherwise the program could trace it before it protects itself.
+    if calls.readline() != READY:
+        os._exit(3)
     module = types.ModuleType("solution")
     module.__file__ = "solution.py"
     sys.modules["solution"] = module
@@ -162,9 +170,11 @@ def run_checks(payload_fd: int, reply_fd: int, call_fd: int, result_fd: int, sha
         import ctypes
 
         ctypes.CDLL(None).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    calls, replies = os.fdopen(call_fd, "wb"), os.fdopen(reply_fd, "rb")
+    calls.write(READY)
+    calls.flush()
     payload = json.loads(_read_fd(payload_fd))
     sentinel = payload.pop("sentinel").encode()
-    calls, replies = os.fdopen(call_fd, "wb"), os.fdopen(reply_fd, "rb")
 
     def proxy(name: str) -> types.FunctionType:
         def call(*args: object, **kwargs: object) -> object:
