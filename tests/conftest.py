@@ -1,4 +1,5 @@
-"""Shared fixtures: a real S3-compatible server (moto_server) on 127.0.0.1 for the session."""
+"""Shared fixtures: a real S3-compatible server (moto_server) on 127.0.0.1 for the session, and
+torch's thread count restored after every test module."""
 
 from __future__ import annotations
 
@@ -23,6 +24,18 @@ FAKE_AWS_ENV = {
     "AWS_SESSION_TOKEN": "testing",
     "AWS_DEFAULT_REGION": "us-east-1",
 }
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _restore_torch_threads() -> Iterator[None]:
+    """Put torch's intra-op thread count back after each module: float reductions, and so the
+    bytes of a run's artifacts, depend on it, so a module that sets it must not change what a
+    later module computes in-process (e.g. a reference run compared with subprocess runs)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
 
 
 def _free_port() -> int:
