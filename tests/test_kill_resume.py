@@ -181,6 +181,17 @@ def _process_state(pid: int) -> str:
     return stat[stat.rindex(")") + 2]
 
 
+def _wait_stopped(pid: int, timeout_s: float = 10.0) -> bool:
+    """Whether the process reaches state ``T`` within the timeout: SIGSTOP is delivered
+    asynchronously, so a busy process can still read ``R`` just after ``kill`` returns."""
+    deadline = time.monotonic() + timeout_s
+    while _process_state(pid) != "T":
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
 def test_s3_stall_then_recovery_is_bit_identical(uninterrupted, tmp_path, monkeypatch):
     """The S3 server is frozen (SIGSTOP) for a few seconds as step 2's rescore task starts
     reading its inputs, then resumed (SIGCONT): the waiting requests complete, the run finishes
@@ -206,7 +217,7 @@ def test_s3_stall_then_recovery_is_bit_identical(uninterrupted, tmp_path, monkey
             if step != 2:
                 return original(cfg, io_, state, step, *args)
             os.kill(server.pid, signal.SIGSTOP)
-            assert _process_state(server.pid) == "T"  # really stopped
+            assert _wait_stopped(server.pid)  # really stopped
             threading.Timer(STALL_S, os.kill, (server.pid, signal.SIGCONT)).start()
             started = time.monotonic()
             try:
