@@ -1,0 +1,52 @@
+"""Behaviour is pinned: the artifacts of a two-step tiny-sim run hash to recorded values.
+
+The hashes in ``tests/data/golden_tiny_sim.json`` were written by this module's ``--write``
+mode on the pinned stack (constraints.txt, the CPU torch wheel). A refactoring must leave every
+one of them unchanged; a change that is *meant* to alter numbers rewrites the file in the same
+commit and bumps ``CODE_VERSION``, and says why in its message:
+
+    .venv/bin/python tests/test_golden_hashes.py --write
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+GOLDEN = Path(__file__).parent / "data" / "golden_tiny_sim.json"
+STEPS = 2
+
+
+def run_hashes(root: Path) -> dict[str, dict[str, str]]:
+    """sha256 of every artifact of a STEPS-step in-process run, per step ("0": the init state)."""
+    from evosteer_core import stepio
+    from evosteer_core.artifacts import LocalStore
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from pipeline_support import small_config
+
+    cfg = small_config(root)
+    io_ = stepio.StepStore(LocalStore(root))
+    state = stepio.init_artifacts(cfg, io_)
+    out = {"0": {"state": state.sha256}}
+    for step in range(1, STEPS + 1):
+        refs = stepio.run_step(cfg, io_, state, step)
+        out[str(step)] = {name: ref.sha256 for name, ref in refs.items()}
+        state = refs["state"]
+    return out
+
+
+def test_a_tiny_sim_run_hashes_to_the_recorded_artifacts(tmp_path):
+    expected = json.loads(GOLDEN.read_text())
+    assert run_hashes(tmp_path / "runs") == expected
+
+
+if __name__ == "__main__":
+    import tempfile
+
+    if sys.argv[1:] != ["--write"]:
+        sys.exit("usage: test_golden_hashes.py --write")
+    with tempfile.TemporaryDirectory() as tmp:
+        GOLDEN.write_text(json.dumps(run_hashes(Path(tmp) / "runs"), indent=1) + "\n")
+    print(f"wrote {GOLDEN}")
