@@ -19,10 +19,10 @@ from collections.abc import Callable
 
 import torch
 
+from evosteer_core.infra.seeding import torch_generator
 from evosteer_core.objectives import implemented_flows, trajectory_losses
 from evosteer_core.objectives.base import TrajectoryBatch
 from evosteer_core.objectives.explicit import span_loss_loop, span_loss_matrix
-from evosteer_core.seeding import torch_generator
 
 N_TRAJECTORIES = 192
 BETA = 2.0

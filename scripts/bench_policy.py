@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 import torch
 
+from evosteer_core.infra.seeding import numpy_rng, torch_generator
 from evosteer_core.policy.backbone import PolicyConfig, load_policy
 from evosteer_core.policy.batch import right_pad
 from evosteer_core.policy.encode import encode_h_rho
@@ -24,7 +25,6 @@ from evosteer_core.policy.render import render_compact
 from evosteer_core.policy.sampling import sample_actions
 from evosteer_core.policy.scoring import score_actions
 from evosteer_core.policy.vocabulary import random_public_state
-from evosteer_core.seeding import numpy_rng, torch_generator
 
 
 def timed(fn: Callable[[], object], repeats: int) -> tuple[float, object]:

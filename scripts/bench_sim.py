@@ -2,7 +2,7 @@
 
 Prints: microseconds per sim node call (executor only), episodes per second through the
 runtime for single-agent and solver->verifier chain episodes, and, when
-``evosteer_core.features`` exists, the time of one ``execution_features`` call.
+``evosteer_core.episode.features`` exists, the time of one ``execution_features`` call.
 
 Usage: python scripts/bench_sim.py [--n 100]
 """
@@ -16,9 +16,9 @@ import time
 from pathlib import Path
 
 from evosteer_core.benchmarks.rewards import evaluate
-from evosteer_core.budget import BudgetLimits
-from evosteer_core.roles import default_catalogue
-from evosteer_core.runtime import Episode
+from evosteer_core.episode.budget import BudgetLimits
+from evosteer_core.episode.roles import default_catalogue
+from evosteer_core.episode.runtime import Episode
 from evosteer_core.sim import SimExecutor, make_sim_suite
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -67,10 +67,10 @@ def main() -> None:
         label = f"sim node call ({kind})"
         print(f"{label:>24}: {1e6 * sum(times) / len(times):8.1f} us mean over {len(times)}")
 
-    if importlib.util.find_spec("evosteer_core.features") is None:
-        print("feature extraction: skipped (evosteer_core.features is not there yet)")
+    if importlib.util.find_spec("evosteer_core.episode.features") is None:
+        print("feature extraction: skipped (evosteer_core.episode.features is not there yet)")
         return
-    from evosteer_core.features import execution_features
+    from evosteer_core.episode.features import execution_features
 
     t0 = time.perf_counter()
     for ep in episodes:

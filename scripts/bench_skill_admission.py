@@ -20,7 +20,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from test_sequential import ALPHA, run_procedure  # noqa: E402
 
-from evosteer_core.records import FAMILIES  # noqa: E402
+from evosteer_core.episode.records import FAMILIES  # noqa: E402
 
 
 def main() -> None:

@@ -15,8 +15,8 @@ import time
 
 import torch
 
-from evosteer_core.config import load_config
-from evosteer_core.step import (
+from evosteer_core.infra.config import load_config
+from evosteer_core.training.step import (
     checkpoint_stage,
     init_state,
     open_session,

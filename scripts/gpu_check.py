@@ -19,14 +19,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from evosteer_core.config import load_config
+from evosteer_core.infra.config import load_config
 from evosteer_core.policy.backbone import PolicyConfig, load_policy
 from evosteer_core.policy.encode import encode_h_rho
 from evosteer_core.policy.render import render_compact
 from evosteer_core.policy.sampling import sample_actions
 from evosteer_core.policy.scoring import score_actions
 from evosteer_core.policy.vocabulary import random_legal_set, random_public_state
-from evosteer_core.step import init_state, open_session, train_step
+from evosteer_core.training.step import init_state, open_session, train_step
 
 
 def _sync(device: str) -> None:

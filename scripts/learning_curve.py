@@ -26,20 +26,20 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import torch  # noqa: E402
 
-from evosteer_core.config import load_config  # noqa: E402
-from evosteer_core.configio import parse_override  # noqa: E402
-from evosteer_core.step import (  # noqa: E402
+from evosteer_core.episode.world import build_world  # noqa: E402
+from evosteer_core.evaluation.tilt import (  # noqa: E402
+    reweighted_gain,
+    tilt_report,
+    trajectory_log_ratios,
+)
+from evosteer_core.infra.config import load_config  # noqa: E402
+from evosteer_core.infra.configio import parse_override  # noqa: E402
+from evosteer_core.training.step import (  # noqa: E402
     evaluation_rollouts,
     init_state,
     open_session,
     train_step,
 )
-from evosteer_core.tilt import (  # noqa: E402
-    reweighted_gain,
-    tilt_report,
-    trajectory_log_ratios,
-)
-from evosteer_core.world import build_world  # noqa: E402
 
 
 def paired_difference(theta: pd.DataFrame, rho: pd.DataFrame) -> tuple[float, float]:

@@ -23,14 +23,14 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from evosteer_core.benchmarks.rewards import evaluate
-from evosteer_core.config import load_config
+from evosteer_core.episode.roles import default_catalogue
+from evosteer_core.episode.runtime import DecisionCharge, Episode
+from evosteer_core.infra.config import load_config
+from evosteer_core.infra.seeding import derive_seed
 from evosteer_core.policy.backbone import default_cache_dir, tiny_model_folder
 from evosteer_core.policy.batch import right_pad
 from evosteer_core.policy.render import render_compact
 from evosteer_core.policy.tokenizer import PolicyTokenizer
-from evosteer_core.roles import default_catalogue
-from evosteer_core.runtime import DecisionCharge, Episode
-from evosteer_core.seeding import derive_seed
 from evosteer_core.sim import SimExecutor, make_sim_suite
 
 

@@ -1,6 +1,6 @@
 """Mean reward per family of fixed orchestration paradigms on the SIMULATED suite.
 
-Paradigms (all driven through ``evosteer_core.runtime.Episode``):
+Paradigms (all driven through ``evosteer_core.episode.runtime.Episode``):
 - single: one solver, set as output, stop;
 - chain: solver n0, verifier n1, revise edge n0->n1, output n1, stop;
 - chain+rerun: the chain; if n0 and n1 disagree, rerun n0 then n1 (n1 re-checks the fresh
@@ -21,13 +21,13 @@ import random
 import statistics
 from collections.abc import Callable
 
-from evosteer_core.actions import Action
 from evosteer_core.benchmarks.rewards import evaluate
-from evosteer_core.budget import BudgetLimits
-from evosteer_core.records import FAMILIES, TaskRecord
-from evosteer_core.roles import default_catalogue
-from evosteer_core.runtime import Episode
-from evosteer_core.seeding import derive_seed
+from evosteer_core.episode.actions import Action
+from evosteer_core.episode.budget import BudgetLimits
+from evosteer_core.episode.records import FAMILIES, TaskRecord
+from evosteer_core.episode.roles import default_catalogue
+from evosteer_core.episode.runtime import Episode
+from evosteer_core.infra.seeding import derive_seed
 from evosteer_core.sim import SimExecutor, make_sim_suite
 
 Paradigm = Callable[[Episode], None]
@@ -124,7 +124,9 @@ def main() -> None:
     args = parser.parse_args()
     tasks = make_sim_suite(args.n, args.seed, args.split)
     table = {name: run_paradigm(p, tasks, args.seed) for name, p in PARADIGMS.items()}
-    print(f"SIMULATED suite: mean reward per family, {args.n} tasks/family, seed {args.seed}")
+    print(
+        f"SIMULATED suite: mean reward per family, {args.n} evosteer_flyte/tasks/family, seed {args.seed}"
+    )
     header = f"| {'paradigm':<12} | " + " | ".join(f"{f:>9}" for f in FAMILIES) + " |   mean |"
     print(header)
     print("|" + "-" * (len(header) - 2) + "|")

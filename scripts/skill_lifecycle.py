@@ -20,8 +20,9 @@ from dataclasses import replace
 
 import torch
 
-from evosteer_core.config import load_config
-from evosteer_core.records import FAMILIES
+from evosteer_core.episode.records import FAMILIES
+from evosteer_core.episode.world import build_world
+from evosteer_core.infra.config import load_config
 from evosteer_core.sim.skills import skill_effect
 from evosteer_core.skills.library import SkillLibrary
 from evosteer_core.skills.lifecycle import (
@@ -30,8 +31,13 @@ from evosteer_core.skills.lifecycle import (
     lifecycle_rows,
     validated_only,
 )
-from evosteer_core.step import Session, evaluate_policy, init_state, open_session, train_step
-from evosteer_core.world import build_world
+from evosteer_core.training.step import (
+    Session,
+    evaluate_policy,
+    init_state,
+    open_session,
+    train_step,
+)
 
 
 def with_library(s: Session, library: SkillLibrary) -> Session:

@@ -24,11 +24,11 @@ import argparse
 import numpy as np
 from probe_session import add_session_options, untrained_session
 
-from evosteer_core.actions import Action
-from evosteer_core.rollout import EpisodePlan
-from evosteer_core.runtime import DecisionCharge, Episode
-from evosteer_core.step import evaluation_rollouts
-from evosteer_core.tilt import success_variance, tilt_gain
+from evosteer_core.episode.actions import Action
+from evosteer_core.episode.rollout import EpisodePlan
+from evosteer_core.episode.runtime import DecisionCharge, Episode
+from evosteer_core.evaluation.tilt import success_variance, tilt_gain
+from evosteer_core.training.step import evaluation_rollouts
 
 
 def sampled_cost(s, prompt: str, action_tokens: int) -> DecisionCharge:

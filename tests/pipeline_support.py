@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from flytekit.core.local_cache import LocalTaskCache
 
-from evosteer_core import step as core
-from evosteer_core.config import RunConfig, load_config
+from evosteer_core.infra.config import RunConfig, load_config
+from evosteer_core.training import step as core
 
 SMALL = {
     "train.batch_size": 6,

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from evosteer_core.actions import KINDS, Action, ActionFormatError, canonical_json
+from evosteer_core.episode.actions import KINDS, Action, ActionFormatError, canonical_json
 
 EXAMPLES = {
     "ADD_AGENT": [

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from evosteer_core.anchors import AnchorConfig, RecordPrior, ShrinkagePool
-from evosteer_core.records import FAMILIES
+from evosteer_core.episode.records import FAMILIES
 
 A_BETA = math.exp(2.0) - 1
 

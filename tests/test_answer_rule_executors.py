@@ -10,10 +10,10 @@ from collections.abc import Iterator
 import pytest
 from json_server import JSONServer
 
+from evosteer_core.episode.records import TaskRecord
+from evosteer_core.episode.roles import default_catalogue
 from evosteer_core.executors.base import CallLimits, NodeRequest
 from evosteer_core.executors.openai import OpenAIExecutor
-from evosteer_core.records import TaskRecord
-from evosteer_core.roles import default_catalogue
 from evosteer_core.sim import DEFAULT_MODEL, SimExecutor
 from evosteer_core.sim.executor import _Call, _Work
 

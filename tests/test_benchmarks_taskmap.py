@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from evosteer_core.benchmarks.taskmap import benchmarks_in, family_of, group_of
-from evosteer_core.records import FAMILIES
+from evosteer_core.episode.records import FAMILIES
 
 
 def test_ood_benchmarks_use_matched_iid_type() -> None:

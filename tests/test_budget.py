@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from evosteer_core.budget import BudgetLedger, BudgetLimits
+from evosteer_core.episode.budget import BudgetLedger, BudgetLimits
+from evosteer_core.episode.roles import default_catalogue
 from evosteer_core.executors.base import NodeResult
-from evosteer_core.roles import default_catalogue
 
 CAT = default_catalogue()
 SOLVER, PLANNER, VERIFIER = CAT.role("solver"), CAT.role("planner"), CAT.role("verifier")

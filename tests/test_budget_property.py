@@ -17,13 +17,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from json_server import JSONServer
 
-from evosteer_core.actions import Action
-from evosteer_core.budget import BudgetLimits
+from evosteer_core.episode.actions import Action
+from evosteer_core.episode.budget import BudgetLimits
+from evosteer_core.episode.records import TaskRecord
+from evosteer_core.episode.roles import default_catalogue
+from evosteer_core.episode.runtime import Episode
 from evosteer_core.executors.base import EnvStep, NodeRequest
 from evosteer_core.executors.openai import OpenAIExecutor, estimate_tokens
-from evosteer_core.records import TaskRecord
-from evosteer_core.roles import default_catalogue
-from evosteer_core.runtime import Episode
 from evosteer_core.sim.executor import SimExecutor
 from evosteer_core.sim.suite import make_sim_record
 from evosteer_core.tools.search import BM25Retriever
@@ -243,7 +243,7 @@ def test_usage_beyond_the_estimate_truncates_and_the_ledger_books_up_to_the_cap(
 
 def test_the_decision_is_charged_before_its_node_runs() -> None:
     """The executed node gets what is left after the decision that chose it."""
-    from evosteer_core.runtime import DecisionCharge
+    from evosteer_core.episode.runtime import DecisionCharge
 
     ex = SimExecutor()
     task = make_sim_record("aime", 1, 0, "train")

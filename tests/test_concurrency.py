@@ -13,11 +13,11 @@ from pathlib import Path
 from mlflow import MlflowClient
 from pipeline_support import SMALL, isolate_flyte_cache, small_config
 
-from evosteer_core.cli import main as cli_main
-from evosteer_core.locks import run_lock
-from evosteer_core.stepio import run_id_for
-from evosteer_core.tracking import resolve_tracking
-from tasks.tracking_tasks import RUN_ID_TAG
+from evosteer_core.infra.locks import run_lock
+from evosteer_core.infra.tracking import resolve_tracking
+from evosteer_core.pipeline.stage_io import run_id_for
+from evosteer_flyte.cli import main as cli_main
+from evosteer_flyte.tasks.tracking_tasks import RUN_ID_TAG
 
 REPO = Path(__file__).resolve().parents[1]
 SETS = [arg for k, v in SMALL.items() for arg in ("--set", f"{k}={v}")]
@@ -25,7 +25,7 @@ SETS = [arg for k, v in SMALL.items() for arg in ("--set", f"{k}={v}")]
 START_TRACKING = r"""
 import pathlib, sys, time
 import mlflow.store.tracking.sqlalchemy_store  # the slow imports, before the start signal
-from evosteer_core.tracking import RunTracker
+from evosteer_core.infra.tracking import RunTracker
 uri, ready, go = sys.argv[1], pathlib.Path(sys.argv[2]), pathlib.Path(sys.argv[3])
 ready.touch()
 while not go.exists():
@@ -65,7 +65,7 @@ def test_concurrent_tracking_setup_on_a_fresh_database(tmp_path):
 
 def _train(root: Path, home: Path) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "evosteer_core.cli", "train", "--steps", "1"]
+        [sys.executable, "-m", "evosteer_flyte.cli", "train", "--steps", "1"]
         + ["--run-dir", str(root), *SETS],
         cwd=REPO,
         env={**os.environ, "HOME": str(home)},
@@ -145,3 +145,28 @@ def test_train_of_a_run_in_training_refuses_in_one_line(tmp_path, monkeypatch, c
     (line,) = _error_lines(err)
     assert f"run {run_id} in {root} is already being trained by pid {os.getpid()} on " in line
     assert not (root / "mlflow.db").exists() and not (root / "index").exists()
+
+
+def test_a_train_refused_just_after_the_holder_locked_still_names_it(tmp_path):
+    """The holder takes the lock, then writes its line: a train refused in between waits for
+    the line instead of naming "another process" (the two-trains test saw this race)."""
+    import fcntl
+    import threading
+
+    import pytest
+
+    from evosteer_core.infra.locks import RunInUseError, run_lock_path
+
+    path = run_lock_path(str(tmp_path), "r1")
+    path.parent.mkdir(parents=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # locked, no line yet
+    threading.Timer(0.3, os.pwrite, (fd, b"pid 4242 on host since now", 0)).start()
+    try:
+        with (
+            pytest.raises(RunInUseError, match="trained by pid 4242 on host"),
+            run_lock(str(tmp_path), "r1"),
+        ):
+            pass
+    finally:
+        os.close(fd)

@@ -9,14 +9,14 @@ from typing import Literal
 import pytest
 import yaml
 
-from evosteer_core.budget import BudgetLimits
-from evosteer_core.config import (
+from evosteer_core.episode.budget import BudgetLimits
+from evosteer_core.infra.config import (
     RunConfig,
     config_from_dict,
     default_config,
     load_config,
 )
-from evosteer_core.configio import ConfigError, build, flatten, parse_override
+from evosteer_core.infra.configio import ConfigError, build, flatten, parse_override
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = sorted((REPO / "configs").rglob("*.yaml"))

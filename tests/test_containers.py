@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 import evosteer_core
-from evosteer_core.config import load_config
+from evosteer_core.infra.config import load_config
 
 REPO = Path(__file__).resolve().parents[1]
 CONTAINERS = REPO / "containers"
@@ -223,5 +223,5 @@ def test_build_with_a_fake_engine_tags_and_sends_the_filtered_context() -> None:
     assert build["query"]["t"] == [f"ghcr.io/evosteer/evosteer-cpu:{evosteer_core.__version__}"]
     assert build["query"]["dockerfile"] == ["containers/Dockerfile.cpu"]
     names = build["names"]
-    assert "pyproject.toml" in names and "evosteer_core/config.py" in names
+    assert "pyproject.toml" in names and "evosteer_core/infra/config.py" in names
     assert not any(n.startswith((".venv/", ".git/", "runs/")) for n in names)

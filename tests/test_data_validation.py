@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from pipeline_support import count_stage_calls, isolate_flyte_cache, small_config
 
-from evosteer_core import step as core
 from evosteer_core.benchmarks import BenchmarkDataError
-from evosteer_core.configio import ConfigError, InputError
-from workflows.train import train
+from evosteer_core.infra.configio import ConfigError, InputError
+from evosteer_core.training import step as core
+from evosteer_flyte.workflows.train import train
 
 DATA = Path(__file__).parent / "data" / "benchmarks"
 GOOD = DATA / "hotpotqa.jsonl"
@@ -122,7 +122,7 @@ def test_an_unknown_benchmark_names_the_slice_key(flyte, tmp_path):
 
 
 def test_evosteer_train_prints_one_line_naming_file_and_line(flyte, tmp_path, capsys):
-    from evosteer_core.cli import main
+    from evosteer_flyte.cli import main
 
     path = _not_utf8(tmp_path)
     config = tmp_path / "bad-data.yaml"

@@ -10,17 +10,17 @@ from collections.abc import Sequence
 import pytest
 import torch
 
-from evosteer_core import rollout
-from evosteer_core.actions import Action
-from evosteer_core.budget import BudgetLimits
-from evosteer_core.config import load_config
-from evosteer_core.heads import ValueHead
-from evosteer_core.orchestrator import Choice
-from evosteer_core.roles import default_catalogue
-from evosteer_core.rollout import EpisodePlan, RolloutContext, collect_rollouts
-from evosteer_core.runtime import Episode
+from evosteer_core.episode import rollout
+from evosteer_core.episode.actions import Action
+from evosteer_core.episode.budget import BudgetLimits
+from evosteer_core.episode.roles import default_catalogue
+from evosteer_core.episode.rollout import EpisodePlan, RolloutContext, collect_rollouts
+from evosteer_core.episode.runtime import Episode
+from evosteer_core.infra.config import load_config
+from evosteer_core.policy.orchestrator import Choice
 from evosteer_core.sim.executor import SimExecutor
 from evosteer_core.sim.suite import make_sim_record
+from evosteer_core.training.heads import ValueHead
 
 CAT = default_catalogue()
 RECORD = make_sim_record("aime", 3, 0, "train")

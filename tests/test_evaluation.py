@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from evosteer_core.benchmarks.taskmap import benchmarks_in
-from evosteer_core.evaluation import benchmark_score, group_score, summarize
+from evosteer_core.evaluation.tables import benchmark_score, group_score, summarize
 
 IID = benchmarks_in("iid")
 

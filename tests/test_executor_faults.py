@@ -13,13 +13,13 @@ import requests
 import urllib3
 from fault_server import FaultServer
 
-from evosteer_core.budget import BudgetLedger, BudgetLimits
-from evosteer_core.config import load_config
+from evosteer_core.episode.budget import BudgetLedger, BudgetLimits
+from evosteer_core.episode.records import TaskRecord
+from evosteer_core.episode.roles import default_catalogue
+from evosteer_core.episode.world import build_executor
 from evosteer_core.executors.base import CallLimits, NodeRequest
 from evosteer_core.executors.openai import OpenAIExecutor, estimate_tokens
-from evosteer_core.records import TaskRecord
-from evosteer_core.roles import default_catalogue
-from evosteer_core.world import build_executor
+from evosteer_core.infra.config import load_config
 
 TASK = TaskRecord("t1", "unit", "aime", "What is 6 times 7?", "aime", answers=("42",))
 TIMEOUT_S = 1.0

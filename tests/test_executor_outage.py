@@ -18,18 +18,23 @@ from json_server import JSONServer
 from mlflow import MlflowClient
 from pipeline_support import isolate_flyte_cache
 
-from evosteer_core.budget import BudgetLimits
-from evosteer_core.cli import main as cli_main
-from evosteer_core.config import ConfigError, load_config
+from evosteer_core.episode.budget import BudgetLimits
+from evosteer_core.episode.roles import default_catalogue
+from evosteer_core.episode.rollout import (
+    EpisodePlan,
+    RolloutContext,
+    collect_rollouts,
+    rollout_health,
+)
 from evosteer_core.executors.base import NodeResult
 from evosteer_core.executors.breaker import CircuitBreaker, ExecutorOutageError
 from evosteer_core.executors.openai import OpenAIExecutor
-from evosteer_core.heads import ValueHead
-from evosteer_core.orchestrator import Choice
-from evosteer_core.roles import default_catalogue
-from evosteer_core.rollout import EpisodePlan, RolloutContext, collect_rollouts, rollout_health
+from evosteer_core.infra.config import ConfigError, load_config
+from evosteer_core.infra.tracking import resolve_tracking
+from evosteer_core.policy.orchestrator import Choice
 from evosteer_core.sim.suite import make_sim_record
-from evosteer_core.tracking import resolve_tracking
+from evosteer_core.training.heads import ValueHead
+from evosteer_flyte.cli import main as cli_main
 
 CAT = default_catalogue()
 RECORDS = [make_sim_record("aime", i, 0, "train") for i in range(12)]
@@ -145,7 +150,7 @@ def test_a_partial_outage_warns_and_keeps_the_healthy_trajectories(caplog):
     with FaultServer(["ok", "ok", "ok", "http_500"] * 40) as srv:
         # two node executions per episode, every fourth call fails
         ctx = context(executor(srv), max_actions=3, min_healthy_fraction=0.0)
-        with caplog.at_level(logging.WARNING, logger="evosteer_core.rollout"):
+        with caplog.at_level(logging.WARNING, logger="evosteer_core.episode.rollout"):
             traj, _ = collect_rollouts(NodeRunner(), plans(8), ctx)
     health = rollout_health(traj)
     assert health["infra_failures"] == (~traj["healthy"]).sum() > 0

@@ -5,8 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from evosteer_core.actions import KINDS, Action
-from evosteer_core.budget import BudgetLimits
+from evosteer_core.episode.actions import KINDS, Action
+from evosteer_core.episode.budget import BudgetLimits
+from evosteer_core.episode.features import FEATURE_NAMES, N_FEATURES, execution_features
+from evosteer_core.episode.records import TaskRecord
+from evosteer_core.episode.roles import default_catalogue
+from evosteer_core.episode.runtime import Episode
 from evosteer_core.executors.base import (
     Environment,
     EnvStep,
@@ -15,11 +19,7 @@ from evosteer_core.executors.base import (
     SkillView,
     ToolUse,
 )
-from evosteer_core.features import FEATURE_NAMES, N_FEATURES, execution_features
-from evosteer_core.records import TaskRecord
-from evosteer_core.roles import default_catalogue
-from evosteer_core.runtime import Episode
-from evosteer_core.seeding import numpy_rng
+from evosteer_core.infra.seeding import numpy_rng
 
 CAT = default_catalogue()
 MENU = (

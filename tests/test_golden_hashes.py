@@ -20,18 +20,18 @@ STEPS = 2
 
 def run_hashes(root: Path) -> dict[str, dict[str, str]]:
     """sha256 of every artifact of a STEPS-step in-process run, per step ("0": the init state)."""
-    from evosteer_core import stepio
-    from evosteer_core.artifacts import LocalStore
+    from evosteer_core.infra.artifacts import LocalStore
+    from evosteer_core.pipeline import stage_io
 
     sys.path.insert(0, str(Path(__file__).parent))
     from pipeline_support import small_config
 
     cfg = small_config(root)
-    io_ = stepio.StepStore(LocalStore(root))
-    state = stepio.init_artifacts(cfg, io_)
+    io_ = stage_io.StepStore(LocalStore(root))
+    state = stage_io.init_artifacts(cfg, io_)
     out = {"0": {"state": state.sha256}}
     for step in range(1, STEPS + 1):
-        refs = stepio.run_step(cfg, io_, state, step)
+        refs = stage_io.run_step(cfg, io_, state, step)
         out[str(step)] = {name: ref.sha256 for name, ref in refs.items()}
         state = refs["state"]
     return out

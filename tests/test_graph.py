@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from evosteer_core.graph import CommGraph, node_index
+from evosteer_core.episode.graph import CommGraph, node_index
 
 
 def _solver_verifier(*, with_gap: bool = False, reverse_edges: bool = False) -> CommGraph:

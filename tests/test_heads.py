@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from evosteer_core.heads import (
+from evosteer_core.infra.seeding import derive_seed, torch_generator
+from evosteer_core.training.heads import (
     FEATURE_DIM,
     FlowCorrection,
     HeadFitConfig,
@@ -15,7 +16,6 @@ from evosteer_core.heads import (
     fit_outcome_heads,
     fit_value_head,
 )
-from evosteer_core.seeding import derive_seed, torch_generator
 
 D_H = 16
 

@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 
 from evosteer_core.benchmarks import BenchmarkDataError, load_benchmark
 from evosteer_core.benchmarks.loaders import CONVERTERS
-from evosteer_core.config import RunConfig, load_config
-from evosteer_core.configio import ConfigError, InputError, parse_override
+from evosteer_core.infra.config import RunConfig, load_config
+from evosteer_core.infra.configio import ConfigError, InputError, parse_override
 
 DATA = Path(__file__).parent / "data" / "benchmarks"
 PRESET = "evosteer_core/data/tiny-sim.yaml"

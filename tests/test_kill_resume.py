@@ -25,12 +25,12 @@ import pytest
 from conftest import FAKE_AWS_ENV, moto_server_process
 from pipeline_support import SMALL, isolate_flyte_cache, small_config
 
-from evosteer_core import stepio
-from evosteer_core.artifacts import ArtifactStore, RunIndex, object_key, open_store
-from evosteer_core.cli import main as cli_main
-from evosteer_core.config import RunConfig
-from evosteer_core.stepio import run_id_for
-from workflows.train import train
+from evosteer_core.infra.artifacts import ArtifactStore, RunIndex, object_key, open_store
+from evosteer_core.infra.config import RunConfig
+from evosteer_core.pipeline import stage_io
+from evosteer_core.pipeline.stage_io import run_id_for
+from evosteer_flyte.cli import main as cli_main
+from evosteer_flyte.workflows.train import train
 
 REPO = Path(__file__).resolve().parents[1]
 SETS = [arg for k, v in SMALL.items() for arg in ("--set", f"{k}={v}")]
@@ -44,14 +44,14 @@ BOUNDARIES = (
     "checkpoint_artifacts",
     "record",
 )
-"""Step 2's tasks in workflow order, by the function each enters first: the stepio function
+"""Step 2's tasks in workflow order, by the function each enters first: the stage_io function
 of each stage task, and ``RunIndex.record`` for ``record_step`` (before it records anything)."""
 
 KILLING_TRAINS = r"""
 import json, os, signal, sys
-from evosteer_core import stepio
-from evosteer_core.artifacts import RunIndex
-from evosteer_core.cli import main  # the slow imports, once: every train is forked after them
+from evosteer_core.pipeline import stage_io
+from evosteer_core.infra.artifacts import RunIndex
+from evosteer_flyte.cli import main  # the slow imports, once: every train is forked after them
 
 out_dir, kill_points, argv = sys.argv[1], sys.argv[2].split(","), sys.argv[3:]
 
@@ -68,7 +68,7 @@ def boundary(name, original, step_of, log, kill_at):
 def train(i, kill_at):
     log = os.path.join(out_dir, f"{i}.log")
     for name in STAGE_FUNCTIONS:
-        setattr(stepio, name, boundary(name, getattr(stepio, name), lambda a: a[3], log, kill_at))
+        setattr(stage_io, name, boundary(name, getattr(stage_io, name), lambda a: a[3], log, kill_at))
     RunIndex.record = boundary("record", RunIndex.record, lambda a: a[1], log, kill_at)
     with open(os.path.join(out_dir, f"{i}.out"), "w") as out:
         os.dup2(out.fileno(), 1)
@@ -210,7 +210,7 @@ def test_s3_stall_then_recovery_is_bit_identical(uninterrupted, tmp_path, monkey
                 "tracking.artifact_location": "s3://stall/mlartifacts",
             },
         )
-        original = stepio.rescore_artifacts
+        original = stage_io.rescore_artifacts
         stalled: list[float] = []
 
         def stall_then_rescore(cfg, io_, state, step, *args):
@@ -225,7 +225,7 @@ def test_s3_stall_then_recovery_is_bit_identical(uninterrupted, tmp_path, monkey
             finally:
                 stalled.append(time.monotonic() - started)
 
-        monkeypatch.setattr(stepio, "rescore_artifacts", stall_then_rescore)
+        monkeypatch.setattr(stage_io, "rescore_artifacts", stall_then_rescore)
         try:
             out = train(config_yaml=cfg.to_yaml(), steps=2)
         finally:

@@ -21,7 +21,7 @@ from evosteer_core.policy.backbone import (
     load_policy,
     tiny_model_folder,
 )
-from evosteer_core.state import TrainState
+from evosteer_core.training.state import TrainState
 
 ROOT = Path(__file__).resolve().parents[1]
 

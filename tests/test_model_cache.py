@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from evosteer_core.model_cache import is_complete, publish_folder
+from evosteer_core.infra.model_cache import is_complete, publish_folder
 
 
 def test_publish_writes_files_and_mark_and_leaves_no_temporary(tmp_path):

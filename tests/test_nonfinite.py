@@ -11,10 +11,10 @@ import pandera.pandas as pa
 import pytest
 import torch
 
-from evosteer_core.config import load_config
-from evosteer_core.schemas import validate_rescored
-from evosteer_core.state import TrainState
-from evosteer_core.step import (
+from evosteer_core.infra.config import load_config
+from evosteer_core.infra.schemas import validate_rescored
+from evosteer_core.training.state import TrainState
+from evosteer_core.training.step import (
     NonFiniteStepsError,
     checkpoint_stage,
     init_state,
@@ -124,7 +124,7 @@ def test_the_rescored_schema_requires_finite_log_probs(step_one, value):
 
 
 def test_max_nonfinite_steps_is_a_checked_config_key():
-    from evosteer_core.configio import ConfigError
+    from evosteer_core.infra.configio import ConfigError
 
     with pytest.raises(ConfigError, match=r"train.*max_nonfinite_steps: must be >= 0, got -1"):
         load_config(None, overrides={"train.max_nonfinite_steps": -1})
@@ -133,12 +133,12 @@ def test_max_nonfinite_steps_is_a_checked_config_key():
 def test_the_count_is_carried_in_the_state_and_the_next_one_stops_the_run(step_one, tmp_path):
     """Through the artifact stages the Flyte tasks run, with ``max_nonfinite_steps`` 1: the
     first skipped update is counted in the next train state, the second stops the run."""
-    from evosteer_core import stepio
-    from evosteer_core.artifacts import open_store
+    from evosteer_core.infra.artifacts import open_store
+    from evosteer_core.pipeline import stage_io
 
     _, state, trajectories, decisions, _ = step_one
     cfg = load_config(None, overrides={**SMALL, "train.max_nonfinite_steps": 1})
-    io_ = stepio.StepStore(open_store(str(tmp_path / "store")))
+    io_ = stage_io.StepStore(open_store(str(tmp_path / "store")))
     tables = (
         io_.put_table(trajectories, "trajectories"),
         io_.put_table(decisions, "decisions"),
@@ -148,9 +148,9 @@ def test_the_count_is_carried_in_the_state_and_the_next_one_stops_the_run(step_o
     value = io_.put_object({**heads, "window": [], "metrics": {}}, "value.pt")
     skills = io_.put_object({"skills": state.skills, "metrics": {}}, "skills.pt")
     before = io_.put_state(state)
-    update = stepio.update_artifacts(cfg, io_, before, 1, *tables)
+    update = stage_io.update_artifacts(cfg, io_, before, 1, *tables)
     assert io_.get_object(update)["metrics"]["nonfinite_skipped"] == 1.0
-    after = stepio.checkpoint_artifacts(cfg, io_, before, 1, value, update, skills)
+    after = stage_io.checkpoint_artifacts(cfg, io_, before, 1, value, update, skills)
     assert io_.get_state(after).nonfinite_steps == 1
     with pytest.raises(NonFiniteStepsError, match=r"^step 1: .* 2 such steps in this run exceed"):
-        stepio.update_artifacts(cfg, io_, after, 2, *tables)
+        stage_io.update_artifacts(cfg, io_, after, 2, *tables)

@@ -9,6 +9,8 @@ from collections.abc import Iterator
 import pytest
 from json_server import JSONServer
 
+from evosteer_core.episode.records import TaskRecord
+from evosteer_core.episode.roles import default_catalogue
 from evosteer_core.executors.base import (
     CallLimits,
     EnvStep,
@@ -25,9 +27,7 @@ from evosteer_core.executors.openai import (
     estimate_tokens,
     reply_command,
 )
-from evosteer_core.records import TaskRecord
-from evosteer_core.roles import default_catalogue
-from evosteer_core.seeding import derive_seed
+from evosteer_core.infra.seeding import derive_seed
 from evosteer_core.tools.search import BM25Retriever
 
 CAT = default_catalogue()

@@ -9,12 +9,12 @@ import pytest
 from mlflow import MlflowClient
 from pipeline_support import SMALL, count_stage_calls, isolate_flyte_cache, small_config
 
-from evosteer_core import step as core
-from evosteer_core.artifacts import RunIndex, object_key, open_store
-from evosteer_core.cli import main as cli_main
-from evosteer_core.stepio import STEP_ARTIFACTS, run_id_for
-from evosteer_core.tracking import resolve_tracking
-from workflows.train import train
+from evosteer_core.infra.artifacts import RunIndex, object_key, open_store
+from evosteer_core.infra.tracking import resolve_tracking
+from evosteer_core.pipeline.stage_io import STEP_ARTIFACTS, run_id_for
+from evosteer_core.training import step as core
+from evosteer_flyte.cli import main as cli_main
+from evosteer_flyte.workflows.train import train
 
 METRICS = (
     "reward_theta",

@@ -7,9 +7,9 @@ import boto3
 from mlflow import MlflowClient
 from pipeline_support import isolate_flyte_cache, small_config
 
-from evosteer_core.artifacts import RunIndex, open_store
-from evosteer_core.stepio import STEP_ARTIFACTS
-from workflows.train import train
+from evosteer_core.infra.artifacts import RunIndex, open_store
+from evosteer_core.pipeline.stage_io import STEP_ARTIFACTS
+from evosteer_flyte.workflows.train import train
 
 
 def test_two_step_run_on_s3(s3_bucket, moto_endpoint, tmp_path, monkeypatch):

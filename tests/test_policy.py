@@ -11,17 +11,17 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from evosteer_core.orchestrator import Orchestrator
+from evosteer_core.evaluation.tilt import trajectory_log_ratios
+from evosteer_core.infra.seeding import derive_seed, numpy_rng, torch_generator
 from evosteer_core.policy.backbone import Policy, PolicyConfig, load_policy, tiny_model_folder
 from evosteer_core.policy.encode import encode_h_rho
+from evosteer_core.policy.orchestrator import Orchestrator
 from evosteer_core.policy.render import render_compact
 from evosteer_core.policy.sampling import sample_actions
 from evosteer_core.policy.scoring import score_actions, score_and_encode_rho
 from evosteer_core.policy.tokenizer import TokenizationError
 from evosteer_core.policy.trie import ActionTrie
 from evosteer_core.policy.vocabulary import random_legal_set, random_public_state
-from evosteer_core.seeding import derive_seed, numpy_rng, torch_generator
-from evosteer_core.tilt import trajectory_log_ratios
 
 LORA_R = 8
 MAX_PROMPT = 96

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from evosteer_core.infra.seeding import numpy_rng
 from evosteer_core.policy.render import (
     OUTPUT_EDGE_CHARS,
     SYSTEM_FULL,
@@ -18,7 +19,6 @@ from evosteer_core.policy.render import (
 )
 from evosteer_core.policy.tokenizer import PolicyTokenizer, load_tiny_tokenizer
 from evosteer_core.policy.vocabulary import random_public_state
-from evosteer_core.seeding import numpy_rng
 
 
 def _state(seed: int) -> dict:

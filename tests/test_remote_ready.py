@@ -15,16 +15,16 @@ from flytekit.core.context_manager import ExecutionState, FlyteContextManager
 from flytekit.models.task import Resources
 from flytekit.tools.translator import get_serializable
 
-from evosteer_core.artifacts import ArtifactRef
-from evosteer_core.config import load_config
-from tasks import evaluate as eval_tasks
-from tasks import replay as replay_tasks
-from tasks import step_tasks, tracking_tasks
-from tasks.resources import image_config
-from tasks.spec import make_spec
-from workflows import evaluate as eval_wf
-from workflows import replay as replay_wf
-from workflows import train as train_wf
+from evosteer_core.infra.artifacts import ArtifactRef
+from evosteer_core.infra.config import load_config
+from evosteer_flyte.tasks import evaluate as eval_tasks
+from evosteer_flyte.tasks import replay as replay_tasks
+from evosteer_flyte.tasks import step_tasks, tracking_tasks
+from evosteer_flyte.tasks.resources import image_config
+from evosteer_flyte.tasks.spec import make_spec
+from evosteer_flyte.workflows import evaluate as eval_wf
+from evosteer_flyte.workflows import replay as replay_wf
+from evosteer_flyte.workflows import train as train_wf
 
 R = Resources.ResourceName
 ROOT = Path(__file__).resolve().parents[1]

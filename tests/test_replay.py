@@ -5,9 +5,9 @@ from __future__ import annotations
 import pandas as pd
 import torch
 
-from evosteer_core.artifacts import LocalStore, object_key
-from evosteer_core.replay import OverlayStore, compare_artifact, first_difference
-from evosteer_core.stepio import object_bytes, read_table, table_bytes
+from evosteer_core.infra.artifacts import LocalStore, object_key
+from evosteer_core.pipeline.replay import OverlayStore, compare_artifact, first_difference
+from evosteer_core.pipeline.stage_io import object_bytes, read_table, table_bytes
 
 
 def _table(reward: float) -> pd.DataFrame:

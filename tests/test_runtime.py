@@ -12,8 +12,12 @@ import itertools
 import numpy as np
 import pytest
 
-from evosteer_core.actions import Action
-from evosteer_core.budget import BudgetLimits
+from evosteer_core.episode.actions import Action
+from evosteer_core.episode.budget import BudgetLimits
+from evosteer_core.episode.graph import node_index
+from evosteer_core.episode.records import TaskRecord
+from evosteer_core.episode.roles import default_catalogue
+from evosteer_core.episode.runtime import Episode, IllegalActionError, node_prompt
 from evosteer_core.executors.base import (
     Environment,
     EnvStep,
@@ -22,11 +26,7 @@ from evosteer_core.executors.base import (
     SkillView,
     ToolUse,
 )
-from evosteer_core.graph import node_index
-from evosteer_core.records import TaskRecord
-from evosteer_core.roles import default_catalogue
-from evosteer_core.runtime import Episode, IllegalActionError, node_prompt
-from evosteer_core.seeding import numpy_rng
+from evosteer_core.infra.seeding import numpy_rng
 
 CAT = default_catalogue()
 METRIC = {"hotpotqa": "qa_em", "aime": "aime", "mbpp_plus": "code", "alfworld": "interactive"}

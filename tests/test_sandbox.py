@@ -293,8 +293,8 @@ def test_without_namespaces_code_is_refused_unless_a_weak_sandbox_is_accepted(mo
 
 
 def test_the_config_flag_sets_the_policy_for_the_whole_process(monkeypatch):
-    from evosteer_core.config import load_config
-    from evosteer_core.world import build_world
+    from evosteer_core.episode.world import build_world
+    from evosteer_core.infra.config import load_config
 
     monkeypatch.setattr(sandbox, "_settings", {"allow_weak_sandbox": False})
     build_world(load_config(None, {"executor.sandbox.allow_weak_sandbox": True}))

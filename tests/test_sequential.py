@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from scipy.stats import binomtest
 from skill_examples import skill
 
-from evosteer_core.records import FAMILIES
-from evosteer_core.seeding import numpy_rng
+from evosteer_core.episode.records import FAMILIES
+from evosteer_core.infra.seeding import numpy_rng
 from evosteer_core.skills.library import SkillLibrary
 from evosteer_core.skills.pairs import PairCounts, PairOutcome
 from evosteer_core.skills.sequential import (

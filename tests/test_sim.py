@@ -6,12 +6,14 @@ import math
 
 import pytest
 
-from evosteer_core.actions import Action
-from evosteer_core.answers import cued_span
 from evosteer_core.benchmarks.metrics import normalize_squad
 from evosteer_core.benchmarks.rewards import evaluate
-from evosteer_core.budget import BudgetLedger, BudgetLimits
-from evosteer_core.config import load_config
+from evosteer_core.episode.actions import Action
+from evosteer_core.episode.answers import cued_span
+from evosteer_core.episode.budget import BudgetLedger, BudgetLimits
+from evosteer_core.episode.records import FAMILIES
+from evosteer_core.episode.roles import default_catalogue
+from evosteer_core.episode.runtime import Episode, node_prompt
 from evosteer_core.executors.base import (
     CallLimits,
     Environment,
@@ -20,9 +22,7 @@ from evosteer_core.executors.base import (
     NodeRequest,
     SkillView,
 )
-from evosteer_core.records import FAMILIES
-from evosteer_core.roles import default_catalogue
-from evosteer_core.runtime import Episode, node_prompt
+from evosteer_core.infra.config import load_config
 from evosteer_core.sim import (
     DEFAULT_MODEL,
     LATENT_SKILLS,
@@ -279,7 +279,7 @@ def test_latent_skills_are_admissible_and_have_signed_effects():
 
 
 def test_draws_equal_derive_seed_of_seed_key_record_and_purpose():
-    from evosteer_core.seeding import derive_seed
+    from evosteer_core.infra.seeding import derive_seed
     from evosteer_core.sim.executor import _Call
 
     task = make_sim_record("aime", 0, 0, "train")

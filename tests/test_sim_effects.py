@@ -12,12 +12,12 @@ import statistics
 import pytest
 from test_sim import request
 
-from evosteer_core.answers import cued_span
 from evosteer_core.benchmarks.rewards import evaluate
-from evosteer_core.budget import BudgetLimits
+from evosteer_core.episode.answers import cued_span
+from evosteer_core.episode.budget import BudgetLimits
+from evosteer_core.episode.roles import default_catalogue
+from evosteer_core.episode.runtime import Episode
 from evosteer_core.executors.base import Evidence, Message, SkillView
-from evosteer_core.roles import default_catalogue
-from evosteer_core.runtime import Episode
 from evosteer_core.sim import SimExecutor, make_sim_record
 
 EX = SimExecutor()
@@ -185,7 +185,7 @@ def test_finalizer_prefers_answers_with_passed_checks():
 def test_interactive_chain_beats_single_through_the_runtime():
     tasks = family_tasks("alfworld", 120)
     cat = default_catalogue()
-    from evosteer_core.actions import Action
+    from evosteer_core.episode.actions import Action
 
     def play(task, roles):
         ep = Episode(

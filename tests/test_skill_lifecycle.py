@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from evosteer_core.records import FAMILIES
+from evosteer_core.episode.records import FAMILIES
 from evosteer_core.sim.skills import LATENT_SKILLS
 from evosteer_core.skills.library import SkillLibrary
 from evosteer_core.skills.lifecycle import (

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import math
 
-from evosteer_core.actions import Action
 from evosteer_core.benchmarks.rewards import evaluate
-from evosteer_core.budget import BudgetLimits
-from evosteer_core.roles import default_catalogue
-from evosteer_core.runtime import Episode
+from evosteer_core.episode.actions import Action
+from evosteer_core.episode.budget import BudgetLimits
+from evosteer_core.episode.roles import default_catalogue
+from evosteer_core.episode.runtime import Episode
 from evosteer_core.sim import SimExecutor, make_sim_suite
 from evosteer_core.sim.skills import LATENT_SKILLS, skill_effect
 from evosteer_core.skills.library import SkillLibrary

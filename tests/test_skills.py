@@ -7,8 +7,8 @@ import json
 
 import pytest
 
+from evosteer_core.episode.records import FAMILIES
 from evosteer_core.executors.base import SkillView
-from evosteer_core.records import FAMILIES
 from evosteer_core.skills.filters import (
     CLAIM_PATTERNS,
     REJECTION_CODES,

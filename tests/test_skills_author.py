@@ -8,8 +8,8 @@ from collections import Counter
 import pytest
 from skill_examples import skill
 
+from evosteer_core.episode.records import FAMILIES
 from evosteer_core.executors.base import NodeRequest, NodeResult
-from evosteer_core.records import FAMILIES
 from evosteer_core.sim.skills import LATENT_SKILLS, skill_effect
 from evosteer_core.skills.author import (
     AUTHOR_ROLE,

@@ -8,12 +8,12 @@ import pandas as pd
 import pytest
 import torch
 
-from evosteer_core.config import load_config
-from evosteer_core.records import FAMILIES
+from evosteer_core.episode.records import FAMILIES
+from evosteer_core.infra.config import load_config
 from evosteer_core.sim.skills import LATENT_SKILLS
 from evosteer_core.skills.admission import SkillState
 from evosteer_core.skills.skill import Skill
-from evosteer_core.step import (
+from evosteer_core.training.step import (
     init_state,
     open_session,
     reference_states,
@@ -144,7 +144,7 @@ def test_skill_state_round_trips(cfg):
 def test_two_pass_actor_gradient_equals_direct_autograd(cfg):
     """Σ_t Γ_t ∇ℓ_θ (micro-batched) equals autograd through the loss with Δℓ = ℓ_θ − ℓ_ρ."""
     from evosteer_core.objectives import build_objective
-    from evosteer_core.step import _backprop_actor, _trajectory_batch
+    from evosteer_core.training.step import _backprop_actor, _trajectory_batch
 
     state = init_state(cfg)
     s = open_session(cfg, state)
@@ -187,7 +187,7 @@ def test_two_pass_actor_gradient_equals_direct_autograd(cfg):
 
 def test_evaluation_of_theta_and_rho_is_paired(cfg):
     """θ and ρ evaluation episodes share every seed: at initialization (θ = ρ) they coincide."""
-    from evosteer_core.step import evaluate_policy
+    from evosteer_core.training.step import evaluate_policy
 
     s = open_session(cfg, init_state(cfg))
     records = s.world.heldout_records[:6]

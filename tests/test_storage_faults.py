@@ -15,10 +15,10 @@ import pytest
 from conftest import FAKE_AWS_ENV, _free_port, moto_server
 from pipeline_support import SMALL, isolate_flyte_cache
 
-from evosteer_core import artifacts
-from evosteer_core.artifacts import LocalStore, RunIndex, S3Store, StoreError
-from evosteer_core.cli import _StepProgress
-from evosteer_core.cli import main as cli_main
+from evosteer_core.infra import artifacts
+from evosteer_core.infra.artifacts import LocalStore, RunIndex, S3Store, StoreError
+from evosteer_flyte.cli import _StepProgress
+from evosteer_flyte.cli import main as cli_main
 
 
 @pytest.fixture

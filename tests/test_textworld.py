@@ -19,9 +19,9 @@ import textworld
 from evosteer_core.benchmarks import load_benchmark
 from evosteer_core.benchmarks.rewards import evaluate
 from evosteer_core.benchmarks.textworld_suite import SUITE_LEVELS, SUITE_SIZE, GameSpec
+from evosteer_core.episode.records import TaskRecord
 from evosteer_core.executors.base import Environment
 from evosteer_core.executors.textworld_env import TextWorldFactory, game_file
-from evosteer_core.records import TaskRecord
 
 FIXTURE = Path(__file__).parent / "data" / "benchmarks" / "textworld.jsonl"
 

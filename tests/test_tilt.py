@@ -1,4 +1,4 @@
-"""The learned-tilt report (evosteer_core.tilt) against independent computations."""
+"""The learned-tilt report (evosteer_core.evaluation.tilt) against independent computations."""
 
 from __future__ import annotations
 
@@ -8,7 +8,13 @@ import numpy as np
 import pytest
 from scipy.stats import mannwhitneyu
 
-from evosteer_core.tilt import auc, reweighted_gain, success_variance, tilt_gain, tilt_report
+from evosteer_core.evaluation.tilt import (
+    auc,
+    reweighted_gain,
+    success_variance,
+    tilt_gain,
+    tilt_report,
+)
 
 
 def test_auc_equals_mann_whitney_u_over_pairs() -> None:

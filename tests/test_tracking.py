@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from evosteer_core.artifacts import LocalStore
-from evosteer_core.config import default_config, load_config
-from evosteer_core.configio import ConfigError
-from evosteer_core.tracking import CONFIG_HASH_TAG, RunTracker, resolve_tracking, step_dir
+from evosteer_core.infra.artifacts import LocalStore
+from evosteer_core.infra.config import default_config, load_config
+from evosteer_core.infra.configio import ConfigError
+from evosteer_core.infra.tracking import CONFIG_HASH_TAG, RunTracker, resolve_tracking, step_dir
 
 
 @pytest.fixture(scope="module")

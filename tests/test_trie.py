@@ -6,10 +6,10 @@ import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
+from evosteer_core.infra.seeding import numpy_rng
 from evosteer_core.policy.tokenizer import PolicyTokenizer, TokenizationError, load_tiny_tokenizer
 from evosteer_core.policy.trie import ActionTrie
 from evosteer_core.policy.vocabulary import random_legal_set
-from evosteer_core.seeding import numpy_rng
 
 
 @pytest.fixture(scope="module")

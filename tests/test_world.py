@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from evosteer_core.config import load_config
-from evosteer_core.world import build_world
+from evosteer_core.episode.world import build_world
+from evosteer_core.infra.config import load_config
 
 
 def test_default_world_is_the_sim_suite_with_disjoint_splits():

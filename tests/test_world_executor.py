@@ -10,15 +10,15 @@ import pytest
 import textworld
 from json_server import JSONServer
 
-from evosteer_core.actions import Action
-from evosteer_core.artifacts import LocalStore
 from evosteer_core.benchmarks.textworld_suite import GameSpec
-from evosteer_core.budget import BudgetLimits
-from evosteer_core.config import ConfigError, load_config
+from evosteer_core.episode.actions import Action
+from evosteer_core.episode.budget import BudgetLimits
+from evosteer_core.episode.runtime import Episode
+from evosteer_core.episode.world import build_executor, build_world
 from evosteer_core.executors.textworld_env import TextWorldEnvironment, TextWorldFactory, game_file
-from evosteer_core.runtime import Episode
+from evosteer_core.infra.artifacts import LocalStore
+from evosteer_core.infra.config import ConfigError, load_config
 from evosteer_core.tools.search import BM25Retriever, HTTPRetriever
-from evosteer_core.world import build_executor, build_world
 
 DATA = Path(__file__).parent / "data" / "benchmarks"
 CORPUS = [

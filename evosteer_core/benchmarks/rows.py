@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from evosteer_core.configio import InputError
+from evosteer_core.infra.configio import InputError
 
 
 class BenchmarkDataError(InputError):

@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 import pandera.pandas as pa
 
-from evosteer_core.records import FAMILIES, METRICS, TaskRecord
+from evosteer_core.episode.records import FAMILIES, METRICS, TaskRecord
 
 COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(TaskRecord))
 """Table columns, in the order of the record's fields."""

@@ -9,7 +9,7 @@ both methods.
 
 from __future__ import annotations
 
-from evosteer_core.records import FAMILIES
+from evosteer_core.episode.records import FAMILIES
 
 BENCHMARK_FAMILY: dict[str, str] = {
     # the IID benchmarks are their own task types

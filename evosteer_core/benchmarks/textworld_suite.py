@@ -15,8 +15,8 @@ from pathlib import Path
 
 from evosteer_core.benchmarks.rows import Row
 from evosteer_core.benchmarks.taskmap import family_of
-from evosteer_core.records import TaskRecord
-from evosteer_core.seeding import derive_seed
+from evosteer_core.episode.records import TaskRecord
+from evosteer_core.infra.seeding import derive_seed
 
 HARNESS = "textworld"
 TEXTWORLD_MAX_STEPS = 50

@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-from evosteer_core.records import TaskRecord
-from evosteer_core.roles import RoleSpec
+from evosteer_core.episode.records import TaskRecord
+from evosteer_core.episode.roles import RoleSpec
 
 STATUSES: tuple[str, ...] = (
     "ok",

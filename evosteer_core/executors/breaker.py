@@ -10,8 +10,8 @@ without calling the executor, so a dead or hanging server costs at most that man
 
 from __future__ import annotations
 
+from evosteer_core.episode.records import TaskRecord
 from evosteer_core.executors.base import Environment, Executor, NodeRequest, NodeResult
-from evosteer_core.records import TaskRecord
 
 DEFAULT_MAX_CONSECUTIVE_FAILURES = 5
 """Consecutive infrastructure failures that open the breaker (``executor.max_consecutive_failures``)."""

@@ -28,7 +28,8 @@ import urllib3
 from requests.adapters import HTTPAdapter
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
-from evosteer_core.answers import stated_answer
+from evosteer_core.episode.answers import stated_answer
+from evosteer_core.episode.records import TaskRecord
 from evosteer_core.executors.base import (
     CallLimits,
     Environment,
@@ -37,9 +38,8 @@ from evosteer_core.executors.base import (
     NodeResult,
     ToolUse,
 )
-from evosteer_core.records import TaskRecord
-from evosteer_core.redact import redact_text, redact_url
-from evosteer_core.seeding import derive_seed
+from evosteer_core.infra.redact import redact_text, redact_url
+from evosteer_core.infra.seeding import derive_seed
 from evosteer_core.tools.sandbox import SandboxLimits, format_run, run_python
 from evosteer_core.tools.search import RESULT_CHARS, Retriever, RetrieverError, format_passages
 

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from evosteer_core.benchmarks.textworld_suite import TEXTWORLD_MAX_STEPS, GameSpec
+from evosteer_core.episode.records import TaskRecord
 from evosteer_core.executors.base import EnvStep
-from evosteer_core.model_cache import cache_root, is_complete, publish_folder
-from evosteer_core.records import TaskRecord
+from evosteer_core.infra.model_cache import cache_root, is_complete, publish_folder
 
 GAME_FILE = "game.z8"
 _MARK = "evosteer_game_spec.json"

@@ -28,10 +28,10 @@ from safetensors.torch import load as load_safetensors
 from safetensors.torch import save as save_safetensors
 from transformers import AutoModelForCausalLM, AutoTokenizer, Cache, LlamaConfig, PreTrainedModel
 
-from evosteer_core.model_cache import is_complete, publish_folder
+from evosteer_core.infra.model_cache import is_complete, publish_folder
+from evosteer_core.infra.seeding import derive_seed
 from evosteer_core.policy.render import RENDERERS, render
 from evosteer_core.policy.tokenizer import TINY_TOKENIZER_DIR, PolicyTokenizer, load_tiny_tokenizer
-from evosteer_core.seeding import derive_seed
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -147,7 +147,7 @@ def resolve_backbone(config: PolicyConfig) -> str:
     if config.backbone == "tiny":
         return str(tiny_model_folder(cache / "models", config.seed))
     if config.backbone == "smollm2":
-        from evosteer_core.smollm2 import smollm2_hf_folder
+        from evosteer_core.policy.smollm2 import smollm2_hf_folder
 
         return str(smollm2_hf_folder(cache / "models"))
     return config.backbone

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from evosteer_core.actions import canonical_json
+from evosteer_core.episode.actions import canonical_json
 
 SYSTEM_SEPARATOR = "\n\n"
 """Ends the system text of every prompt (the first occurrence marks its end)."""

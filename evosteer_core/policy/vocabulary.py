@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from evosteer_core.actions import PROTOCOLS, Action
-from evosteer_core.records import FAMILIES
+from evosteer_core.episode.actions import PROTOCOLS, Action
+from evosteer_core.episode.records import FAMILIES
 
 ROLES: tuple[str, ...] = ("solver", "verifier", "planner", "researcher", "finalizer", "tool_user")
 STATUSES: tuple[str, ...] = ("ok", "failed", "timeout", "parse_error", "pending")

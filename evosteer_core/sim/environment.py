@@ -8,9 +8,9 @@ completed subgoal; other known commands do nothing; anything else is rejected (`
 
 from __future__ import annotations
 
+from evosteer_core.episode.records import TaskRecord
 from evosteer_core.executors.base import EnvStep
-from evosteer_core.records import TaskRecord
-from evosteer_core.seeding import derive_seed
+from evosteer_core.infra.seeding import derive_seed
 
 _UNIT = float(2**63)
 

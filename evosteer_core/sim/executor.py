@@ -15,8 +15,9 @@ import math
 import random
 from dataclasses import dataclass, field
 
-from evosteer_core.answers import cued_span, stated_answer
 from evosteer_core.benchmarks.metrics import normalize_squad
+from evosteer_core.episode.answers import cued_span, stated_answer
+from evosteer_core.episode.records import TaskRecord
 from evosteer_core.executors.base import (
     CallLimits,
     Environment,
@@ -26,8 +27,7 @@ from evosteer_core.executors.base import (
     NodeResult,
     ToolUse,
 )
-from evosteer_core.records import TaskRecord
-from evosteer_core.seeding import derive_seed
+from evosteer_core.infra.seeding import derive_seed
 from evosteer_core.sim.environment import SimEnvironment
 from evosteer_core.sim.model import DEFAULT_MODEL, FamilyModel, SimModel
 from evosteer_core.sim.skills import skill_effect

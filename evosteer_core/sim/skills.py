@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
-from evosteer_core.records import FAMILIES
+from evosteer_core.episode.records import FAMILIES
 
 LATENT_SKILLS: tuple[dict, ...] = (
     {

@@ -21,8 +21,8 @@ median, pattern) singles out the gold; only the simulated verifiers and checks d
 
 from __future__ import annotations
 
-from evosteer_core.records import FAMILIES, TaskRecord
-from evosteer_core.seeding import numpy_rng
+from evosteer_core.episode.records import FAMILIES, TaskRecord
+from evosteer_core.infra.seeding import numpy_rng
 
 SIM_SOURCE = "sim"
 N_DISTRACTORS = 4

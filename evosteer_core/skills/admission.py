@@ -14,8 +14,8 @@ from typing import Any
 
 import pandas as pd
 
+from evosteer_core.episode.records import FAMILIES, TaskRecord
 from evosteer_core.executors.base import Executor, SkillView
-from evosteer_core.records import FAMILIES, TaskRecord
 from evosteer_core.skills.author import Author, LLMAuthor, SeededSimAuthor, TrajectorySummary
 from evosteer_core.skills.library import SkillLibrary
 from evosteer_core.skills.pairs import PairOutcome, PairPlan, plan_pairs

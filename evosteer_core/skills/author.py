@@ -16,10 +16,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from evosteer_core.episode.records import FAMILIES, TaskRecord
+from evosteer_core.episode.roles import RoleSpec
 from evosteer_core.executors.base import CallLimits, Executor, NodeRequest
-from evosteer_core.records import FAMILIES, TaskRecord
-from evosteer_core.roles import RoleSpec
-from evosteer_core.seeding import numpy_rng
+from evosteer_core.infra.seeding import numpy_rng
 from evosteer_core.sim.skills import LATENT_SKILLS, skill_effect
 from evosteer_core.skills.library import SkillLibrary
 from evosteer_core.skills.pairs import passes

@@ -12,8 +12,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from evosteer_core.episode.records import FAMILIES
 from evosteer_core.executors.base import SkillView
-from evosteer_core.records import FAMILIES
 from evosteer_core.skills.filters import Rejection, StyleLimits, screen
 from evosteer_core.skills.skill import Skill, canonical_json
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from evosteer_core.records import FAMILIES
+from evosteer_core.episode.records import FAMILIES
 from evosteer_core.skills.library import LibraryLimits, SkillLibrary
 from evosteer_core.skills.sequential import TestLedger, effect
 

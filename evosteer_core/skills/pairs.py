@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from evosteer_core.records import FAMILIES
+from evosteer_core.episode.records import FAMILIES
 from evosteer_core.skills.library import SkillLibrary
 
 PAIR_KINDS: tuple[str, ...] = ("candidate", "reevaluation")

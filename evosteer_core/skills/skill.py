@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
+from evosteer_core.episode.records import FAMILIES
 from evosteer_core.executors.base import SkillView
-from evosteer_core.records import FAMILIES
 
 CONTENT_FIELDS: tuple[str, ...] = (
     "name",

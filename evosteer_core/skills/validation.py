@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from evosteer_core.records import FAMILIES
+from evosteer_core.episode.records import FAMILIES
 from evosteer_core.skills.author import (
     Author,
     AuthorError,

@@ -16,7 +16,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import requests
 
-from evosteer_core.redact import redact_text, redact_url
+from evosteer_core.infra.redact import redact_text, redact_url
 
 TOP_K = 3
 PASSAGE_CHARS = 600

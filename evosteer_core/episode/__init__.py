@@ -1,0 +1,1 @@
+"""The episode world: actions, graph, budget, runtime, features, roles, records, answers, rollouts."""

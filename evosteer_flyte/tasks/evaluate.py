@@ -1,0 +1,81 @@
+"""Evaluation tasks: one benchmark × N runs of a frozen checkpoint, and the summary table."""
+
+from flytekit import Cache, task
+
+from evosteer_core.benchmarks.loaders import load_benchmark
+from evosteer_core.episode.records import FAMILIES, TaskRecord
+from evosteer_core.evaluation.tables import summarize
+from evosteer_core.infra.artifacts import ArtifactRef, put_json
+from evosteer_core.training import step as core
+from evosteer_flyte.tasks.errors import executor_outage_is_recoverable
+from evosteer_flyte.tasks.resources import (
+    CACHE_VERSION,
+    CPU_IMAGE,
+    GPU_ACCELERATOR,
+    GPU_IMAGE,
+    GPU_RESOURCES,
+    LIGHT_RESOURCES,
+    RETRIES,
+)
+from evosteer_flyte.tasks.spec import RunSpec, load
+from evosteer_flyte.tasks.tracking_tasks import _tracker
+
+
+def benchmark_records(cfg, benchmark: str, path: str) -> list[TaskRecord]:
+    """A real benchmark file (``path``) or, with no path, the sim suite's held-out records of
+    the family ``benchmark``."""
+    if path:
+        return load_benchmark(benchmark, path)
+    if benchmark not in FAMILIES:
+        raise ValueError(f"benchmark {benchmark!r} needs a file path; sim families: {FAMILIES}")
+    from evosteer_core.episode.world import build_world
+
+    return [r for r in build_world(cfg).heldout_records if r.family == benchmark]
+
+
+@task(
+    cache=Cache(version=CACHE_VERSION, ignored_inputs=("config_yaml",)),
+    retries=RETRIES,
+    container_image=GPU_IMAGE,
+    requests=GPU_RESOURCES,
+    limits=GPU_RESOURCES,
+    accelerator=GPU_ACCELERATOR,
+)
+def evaluate_benchmark(
+    spec: RunSpec, config_yaml: str, state: ArtifactRef, benchmark: str, path: str, runs: int
+) -> list[float]:
+    """Mean reward of the frozen π_θ on one benchmark, once per run (run-seeded draws)."""
+    cfg, io = load(spec, config_yaml)
+    records = benchmark_records(cfg, benchmark, path)
+    s = core.open_session(cfg, io.get_state(state))
+    with executor_outage_is_recoverable():
+        return [
+            core.evaluate_policy(s, records, use_adapter=True, runs=1, tag=f"eval/{benchmark}/{k}")
+            for k in range(runs)
+        ]
+
+
+@task(retries=RETRIES, container_image=CPU_IMAGE, requests=LIGHT_RESOURCES, limits=LIGHT_RESOURCES)
+def summarize_evaluation(
+    spec: RunSpec,
+    config_yaml: str,
+    mlflow_run: str,
+    state: ArtifactRef,
+    benchmarks: list[str],
+    scores: list[list[float]],
+) -> ArtifactRef:
+    """The means ± std table, stored as JSON and logged to MLflow (metrics and the table)."""
+    cfg, io = load(spec, config_yaml)
+    table = summarize(dict(zip(benchmarks, scores, strict=True)))
+    ref = put_json(io.store, {"checkpoint": state.sha256, **table.to_dict()}, "evaluation.json")
+    tracker = _tracker(config_yaml, spec, mlflow_run)
+    if tracker is not None:
+        metrics = {}
+        for s in (*table.benchmarks, *table.groups):
+            key = s.name.replace(" ", "_")
+            metrics.update({f"eval.{key}.mean": s.mean, f"eval.{key}.std": s.std})
+        tracker.log_step(0, metrics)
+        tracker.client.log_text(tracker.run_id, table.markdown(), "evaluation.md")
+        tracker.client.log_text(tracker.run_id, io.store.get_bytes(ref).decode(), "evaluation.json")
+        tracker.set_tags({"sha256.evaluation": ref.sha256, "sha256.checkpoint": state.sha256})
+    return ref

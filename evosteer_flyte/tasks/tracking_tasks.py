@@ -1,0 +1,118 @@
+"""Uncached bookkeeping tasks: the run index and MLflow, once per workflow execution.
+
+They run on every execution (cache hits included), so a resumed or extended run's MLflow run
+has every step's metrics and artifacts. With ``tracking.enabled: false`` the run index is still
+written and MLflow is left alone (an empty MLflow run id).
+"""
+
+from flytekit import current_context, task
+
+from evosteer_core.infra.artifacts import ArtifactRef, RunIndex
+from evosteer_core.infra.tracking import (
+    EXECUTION_TAG,
+    RunTracker,
+    end_unfinished_runs,
+    resolve_tracking,
+)
+from evosteer_core.pipeline import stage_io
+from evosteer_flyte.tasks.resources import CPU_IMAGE, LIGHT_RESOURCES, RETRIES
+from evosteer_flyte.tasks.spec import RunSpec, load
+from evosteer_flyte.tasks.step_tasks import Rollouts
+
+LIGHT_TASK = dict(
+    retries=RETRIES, container_image=CPU_IMAGE, requests=LIGHT_RESOURCES, limits=LIGHT_RESOURCES
+)
+RUN_ID_TAG = "evosteer.run_id"
+
+
+def _execution_id() -> str:
+    ex = current_context().execution_id
+    return f"{ex.project}:{ex.domain}:{ex.name}"
+
+
+def _tracker(config_yaml: str, spec: RunSpec, mlflow_run: str) -> RunTracker | None:
+    if not mlflow_run:
+        return None
+    cfg, _ = load(spec, config_yaml)
+    uri, _ = resolve_tracking(cfg.tracking, cfg.store)
+    return RunTracker.attach(uri, mlflow_run, cfg.store.s3_endpoint)
+
+
+@task(**LIGHT_TASK)
+def start_tracking(spec: RunSpec, config_yaml: str, workflow: str) -> str:
+    """Open the MLflow run of this workflow execution (config as params); its id or ''.
+    Runs of the same run id and workflow left RUNNING by a process that died are marked KILLED
+    first, so one run id has at most one RUNNING MLflow run."""
+    cfg, _ = load(spec, config_yaml)
+    if not cfg.tracking.enabled:
+        return ""
+    ours = {RUN_ID_TAG: spec.run_id, "evosteer.workflow": workflow}
+    end_unfinished_runs(cfg, ours)
+    tags = {EXECUTION_TAG: _execution_id(), **ours}
+    return RunTracker.from_config(cfg, run_name=f"{workflow}:{spec.run_id}", tags=tags).run_id
+
+
+CONFIG_ENTRY = "config"
+"""Run-index name (step 0) of the run's config YAML: replay and evaluate read it back."""
+
+
+@task(**LIGHT_TASK)
+def record_init(spec: RunSpec, config_yaml: str, state: ArtifactRef) -> ArtifactRef:
+    """Record the config and the step-0 state in the run index; pass the state on.
+
+    The config entry is replaced on every execution (an extended run differs only in
+    ``train.steps``, which no step depends on). It is the config with credentials redacted
+    from its URLs (``RunConfig.public_yaml``), which hashes as the run does."""
+    cfg, io = load(spec, config_yaml)
+    index = RunIndex(io.store, spec.run_id)
+    config_ref = io.store.put_bytes(cfg.public_yaml().encode(), "config.yaml")
+    index.record(0, CONFIG_ENTRY, config_ref, replace=True)
+    index.record(0, "state", state)
+    return state
+
+
+@task(**LIGHT_TASK)
+def record_step(
+    spec: RunSpec,
+    config_yaml: str,
+    mlflow_run: str,
+    step: int,
+    rollouts: Rollouts,
+    rescored: ArtifactRef,
+    value: ArtifactRef,
+    update: ArtifactRef,
+    skills: ArtifactRef,
+    state: ArtifactRef,
+) -> ArtifactRef:
+    """Record every artifact of ``step`` in the run index and log the step to MLflow:
+    metrics, the adapter and heads, the skill library version and the test ledger (JSON),
+    and the artifact hashes as tags. Returns the new state (so the next step waits for it)."""
+    cfg, io = load(spec, config_yaml)
+    refs = {
+        "trajectories": rollouts.trajectories,
+        "decisions": rollouts.decisions,
+        "rescored": rescored,
+        "value": value,
+        "update": update,
+        "skills": skills,
+        "state": state,
+    }
+    index = RunIndex(io.store, spec.run_id)
+    for name, ref in refs.items():
+        index.record(step, name, ref)
+    tracker = _tracker(config_yaml, spec, mlflow_run)
+    if tracker is not None:
+        tracker.log_step(step, stage_io.step_metrics(io, refs))
+        tracker.log_step_artifacts(step, stage_io.tracking_files(io, refs))
+        tracker.log_step_refs(step, io.store, refs, copy=False)
+    return state
+
+
+@task(**LIGHT_TASK)
+def end_tracking(spec: RunSpec, config_yaml: str, mlflow_run: str, state: ArtifactRef) -> str:
+    """Close the MLflow run (tagging the final state's hash); returns the MLflow run id."""
+    tracker = _tracker(config_yaml, spec, mlflow_run)
+    if tracker is not None:
+        tracker.set_tags({"sha256.final_state": state.sha256})
+        tracker.end("FINISHED")
+    return mlflow_run

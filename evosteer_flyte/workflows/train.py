@@ -1,0 +1,139 @@
+"""The train workflow: ``steps`` training steps unrolled as chunks of dynamic sub-workflows.
+
+``train`` (a ``@dynamic``) runs ``init_run``, opens the MLflow run, then one ``train_chunk``
+(also a ``@dynamic``) per :data:`CHUNK_STEPS` steps. Every stage task is cached, so re-running a
+finished, crashed or extended run executes only what is missing: that is resume. Locally one
+rollout task runs all records; remotely (``rollout_shards`` > 1) rollouts fan out with
+``map_task`` over record shards.
+
+    pyflyte run evosteer_flyte/workflows/train.py train --config_yaml "$(cat configs/tiny-sim.yaml)" --steps 3
+"""
+
+import functools
+import typing
+
+from flytekit import dynamic, map_task
+
+from evosteer_core.episode.world import load_records
+from evosteer_core.infra.artifacts import ArtifactRef
+from evosteer_core.infra.config import config_from_dict
+from evosteer_core.infra.configio import parse_yaml
+from evosteer_flyte.tasks.resources import CPU_IMAGE, LIGHT_RESOURCES, RETRIES
+from evosteer_flyte.tasks.spec import RunSpec, make_spec
+from evosteer_flyte.tasks.step_tasks import (
+    anchortb_update,
+    checkpoint,
+    fit_value_head,
+    gather_rollouts,
+    init_run,
+    rescore,
+    rollout,
+    rollout_shard,
+    validation_round,
+)
+from evosteer_flyte.tasks.tracking_tasks import (
+    end_tracking,
+    record_init,
+    record_step,
+    start_tracking,
+)
+
+MAX_NODES_PER_DYNAMIC = 50
+"""flytekit's guidance for one dynamic workflow's node count."""
+
+STAGE_NODES = 6
+"""rescore, fit_value_head, anchortb_update, validation_round, checkpoint, record_step."""
+
+NODES_PER_STEP = {"local": STAGE_NODES + 1, "sharded": STAGE_NODES + 2}
+"""A step's nodes: the stages plus one rollout task, or a map_task and ``gather_rollouts``."""
+
+OUTER_NODES = 4
+"""init_run, record_init, start_tracking, end_tracking (besides the chunks)."""
+
+CHUNK_STEPS = min(10, (MAX_NODES_PER_DYNAMIC - 2) // NODES_PER_STEP["sharded"])
+"""Steps per chunk: at most 10, and few enough that a sharded chunk stays under the guidance."""
+
+
+class TrainOutputs(typing.NamedTuple):
+    run_id: str
+    mlflow_run: str
+    state: ArtifactRef
+
+
+def chunks(steps: int) -> list[tuple[int, int]]:
+    """(first, last) step of each chunk, 1-based and inclusive."""
+    return [(a, min(a + CHUNK_STEPS - 1, steps)) for a in range(1, steps + 1, CHUNK_STEPS)]
+
+
+@dynamic(
+    container_image=CPU_IMAGE, requests=LIGHT_RESOURCES, limits=LIGHT_RESOURCES, retries=RETRIES
+)
+def train_chunk(
+    spec: RunSpec,
+    config_yaml: str,
+    mlflow_run: str,
+    first: int,
+    last: int,
+    state: ArtifactRef,
+    rollout_shards: int,
+) -> ArtifactRef:
+    """Steps ``first..last``: each step's stage tasks, then its run-index/MLflow record."""
+    for step in range(first, last + 1):
+        common = dict(spec=spec, config_yaml=config_yaml, step=step, state=state)
+        if rollout_shards == 1:
+            rolled = rollout(**common)
+        else:
+            per_shard = map_task(
+                functools.partial(rollout_shard, **common, n_shards=rollout_shards)
+            )(shard=list(range(rollout_shards)))
+            rolled = gather_rollouts(spec=spec, shards=per_shard)
+        rescored = rescore(**common, rollouts=rolled)
+        value = fit_value_head(**common, rollouts=rolled, rescored=rescored)
+        update = anchortb_update(**common, rollouts=rolled, rescored=rescored)
+        skills = validation_round(**common, rollouts=rolled)
+        new_state = checkpoint(**common, value=value, update=update, skills=skills)
+        state = record_step(
+            spec=spec,
+            config_yaml=config_yaml,
+            mlflow_run=mlflow_run,
+            step=step,
+            rollouts=rolled,
+            rescored=rescored,
+            value=value,
+            update=update,
+            skills=skills,
+            state=new_state,
+        )
+    return state
+
+
+@dynamic(
+    container_image=CPU_IMAGE, requests=LIGHT_RESOURCES, limits=LIGHT_RESOURCES, retries=RETRIES
+)
+def train(config_yaml: str, steps: int = 0, rollout_shards: int = 1) -> TrainOutputs:
+    """Train for ``steps`` steps (0 = the config's ``train.steps``)."""
+    source = "<config_yaml>"
+    overrides = {"train.steps": steps} if steps else None
+    cfg = config_from_dict(parse_yaml(config_yaml, source), source, overrides)
+    load_records(cfg)  # every benchmark row is checked before a run is opened or a step runs
+    config_yaml = cfg.to_yaml()
+    spec = make_spec(cfg)
+    mlflow_run = start_tracking(spec=spec, config_yaml=config_yaml, workflow="train")
+    state = record_init(
+        spec=spec, config_yaml=config_yaml, state=init_run(spec=spec, config_yaml=config_yaml)
+    )
+    for first, last in chunks(cfg.train.steps):
+        state = train_chunk(
+            spec=spec,
+            config_yaml=config_yaml,
+            mlflow_run=mlflow_run,
+            first=first,
+            last=last,
+            state=state,
+            rollout_shards=rollout_shards,
+        )
+    return (
+        spec.run_id,
+        end_tracking(spec=spec, config_yaml=config_yaml, mlflow_run=mlflow_run, state=state),
+        state,
+    )
