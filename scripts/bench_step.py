@@ -1,4 +1,4 @@
-"""Time one full training step and each of its stages (SPEC §1.9) on this machine.
+"""Time one full training step and each of its stages (docs/method.md §1.9) on this machine.
 
 Usage: python scripts/bench_step.py [--batch 32] [--rollouts 2] [--threads 2] [--config FILE]
 Prints the stage times (rollout, rescore, value fit, AnchorTB update, validation round,

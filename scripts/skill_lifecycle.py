@@ -4,7 +4,7 @@ Usage: python scripts/skill_lifecycle.py [--steps 8] [--batch 24] [--rollouts 1]
            [--warmup 2] [--heldout 8] [--eval-runs 1]
 Everything here is SIMULATED (sim executor, seeded sim author). Prints per step the skill
 counts and the alpha spent, then the lifecycle table (proposed / validated / retired steps,
-W/L/T, Δ̂, and the hidden SIMULATED effect of each skill), then the admission gain (SPEC §1.10):
+W/L/T, Δ̂, and the hidden SIMULATED effect of each skill), then the admission gain (docs/method.md §1.10):
 held-out mean reward of the trained θ with menus = validated skills only vs menus = every
 proposed skill admitted as if validated (same records and seeds), with menus = none for scale.
 The defaults took 19.6 min on the shared 2-core machine (load ~7) and are too short for the

@@ -1,4 +1,4 @@
-"""Canonical action JSON (SPEC §1.2): round trips, exact text, and clear rejections."""
+"""Canonical action JSON (docs/method.md §1.2): round trips, exact text, and clear rejections."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Answer extraction and normalization (SPEC §1.4 precedence) and the stated-answer rule."""
+"""Answer extraction and normalization (docs/method.md §1.4 precedence) and the stated-answer rule."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""OOD→IID task-type map and evaluation groups (SPEC §1.10, §2.4)."""
+"""OOD→IID task-type map and evaluation groups (docs/method.md §1.10, §2.4)."""
 
 from __future__ import annotations
 

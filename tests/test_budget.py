@@ -1,4 +1,4 @@
-"""The per-episode budget ledger (SPEC §1.3)."""
+"""The per-episode budget ledger (docs/method.md §1.3)."""
 
 from __future__ import annotations
 

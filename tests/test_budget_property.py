@@ -1,4 +1,4 @@
-"""The budget is a hard limit (SPEC §1.3): property tests over random episodes.
+"""The budget is a hard limit (docs/method.md §1.3): property tests over random episodes.
 
 Random action sequences run through the runtime on the real-executor path (``OpenAIExecutor``
 against a scripted OpenAI-compatible server on 127.0.0.1 that replies with tool tags and

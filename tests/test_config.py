@@ -87,7 +87,7 @@ def test_paper_yaml_is_table_3() -> None:
     assert (p.lora.r, p.lora.alpha, p.lora.dropout) == (64, 128, 0.0)
     assert set(p.lora.target_modules) == {"q_proj", "k_proj", "v_proj", "o_proj"}
     assert cfg.executor.kind == "openai" and cfg.store.root.startswith("s3://")
-    # SPEC §1.3 reference budgets
+    # docs/method.md §1.3 reference budgets
     assert cfg.budget == BudgetLimits()
     assert (cfg.budget.total_tokens, cfg.budget.tool_calls, cfg.budget.wall_time_s) == (
         98_304,

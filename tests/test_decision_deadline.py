@@ -1,6 +1,6 @@
 """The orchestrator's own decisions in a rollout: charged before their action runs, forced
 decisions free, a decision the budget cannot cover finalized, and the per-decision deadline
-(SPEC §1.3, 5 s) enforced as a charged, recorded timeout."""
+(docs/method.md §1.3, 5 s) enforced as a charged, recorded timeout."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The execution feature vector (SPEC §1.4): one test per index on hand-built states."""
+"""The execution feature vector (docs/method.md §1.4): one test per index on hand-built states."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Communication graph and its structure keys (SPEC §1.1, §1.7)."""
+"""Communication graph and its structure keys (docs/method.md §1.1, §1.7)."""
 
 from __future__ import annotations
 
@@ -130,7 +130,7 @@ def test_exact_key_separates_structures_with_equal_counts(change: str) -> None:
 
 
 def test_node_order_by_id_is_part_of_the_structure() -> None:
-    """Renumbering follows id order (SPEC §1.7): the same roles created in the other order
+    """Renumbering follows id order (docs/method.md §1.7): the same roles created in the other order
     give a different canonical graph, while the coarse key is the same."""
     a, b = CommGraph(), CommGraph()
     for role in ("solver", "verifier"):

@@ -1,4 +1,4 @@
-"""Policy: tiny backbone, LoRA θ/ρ, grammar-masked sampling and scoring, h_ρ (SPEC §1.6)."""
+"""Policy: tiny backbone, LoRA θ/ρ, grammar-masked sampling and scoring, h_ρ (docs/method.md §1.6)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Prompt renderers: full canonical JSON with clipped outputs, short compact text (SPEC §1.6)."""
+"""Prompt renderers: full canonical JSON with clipped outputs, short compact text (docs/method.md §1.6)."""
 
 from __future__ import annotations
 

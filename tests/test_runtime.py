@@ -1,7 +1,7 @@
-"""The interleaved runtime (SPEC §1.1–1.3): legal mask, rejection reasons, execution semantics.
+"""The interleaved runtime (docs/method.md §1.1–1.3): legal mask, rejection reasons, execution semantics.
 
 The legal set is checked against ``spec_legal_set``, an independent brute-force reading of the
-rules of SPEC §1.2 over every candidate action, on a few hundred seeded random states.
+rules of docs/method.md §1.2 over every candidate action, on a few hundred seeded random states.
 """
 
 from __future__ import annotations
@@ -153,7 +153,7 @@ def add(ep: Episode, role: str, skill: str | None = None) -> str:
     return nid
 
 
-# --- an independent reading of SPEC §1.2 ---------------------------------------------------
+# --- an independent reading of docs/method.md §1.2 ---------------------------------------------------
 def spec_affordable(ep: Episode, role_id: str) -> bool:
     """One call of the role (its scaled per-call input+output tokens, one model call) fits."""
     lim, led, role = ep.ledger.limits, ep.ledger, CAT.role(role_id)
@@ -168,7 +168,7 @@ def spec_affordable(ep: Episode, role_id: str) -> bool:
 
 
 def spec_legal_set(ep: Episode, universe: list[Action]) -> set[Action]:
-    """The members of ``universe`` that SPEC §1.2 allows in the episode's current state."""
+    """The members of ``universe`` that docs/method.md §1.2 allows in the episode's current state."""
     if ep.stopped:
         return set()
     offered = {r.role_id: r for r in CAT.roles_for(ep.task.family)}
@@ -580,7 +580,7 @@ def test_environment_steps_are_clipped_per_node_and_episode() -> None:
 
 def test_stop_is_legal_once_no_node_can_take_an_environment_step() -> None:
     """The game is not over, but the episode's steps are spent: STOP instead of reruns that
-    can take no step (SPEC §1.2: "... and a node-executing action is still affordable")."""
+    can take no step (docs/method.md §1.2: "... and a node-executing action is still affordable")."""
     lim = BudgetLimits(env_steps=3, node_env_steps=2)
     ex = FakeExecutor(env_steps=2, finish_at=100)
     ep = episode("alfworld", lim, ex)

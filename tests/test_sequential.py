@@ -1,4 +1,4 @@
-"""Sequential sign tests, the alpha-spending ledger and the validation round (SPEC §1.8, App. C)."""
+"""Sequential sign tests, the alpha-spending ledger and the validation round (docs/method.md §1.8, App. C)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 Each pair is two real episodes of the same sim record: ADD_AGENT(n0, solver, σ) → SET_OUTPUT →
 STOP, against the same without σ (σ masked). The outcomes feed ``validation_round`` step by
-step until it decides, as in training (SPEC §1.8).
+step until it decides, as in training (docs/method.md §1.8).
 """
 
 from __future__ import annotations

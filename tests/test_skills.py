@@ -1,4 +1,4 @@
-"""Skill format, admission filters and the library (SPEC §1.8)."""
+"""Skill format, admission filters and the library (docs/method.md §1.8)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Pair bookkeeping, author windows, evidence selection and the two authors (SPEC §1.8)."""
+"""Pair bookkeeping, author windows, evidence selection and the two authors (docs/method.md §1.8)."""
 
 from __future__ import annotations
 

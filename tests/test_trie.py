@@ -1,4 +1,4 @@
-"""Grammar trie: prefix-free token sequences, forced positions, clear errors (SPEC §1.6)."""
+"""Grammar trie: prefix-free token sequences, forced positions, clear errors (docs/method.md §1.6)."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ from typing import Any
 
 @dataclass(frozen=True)
 class AnchorConfig:
-    """Strengths of the reference statistics (SPEC §1.7, Table 3).
+    """Strengths of the reference statistics (docs/method.md §1.7, Table 3).
 
     beta: reward temperature β; R_β(x) = 1 + (e^β − 1) r(x).
     kappa_g, kappa_c, kappa_q: shrinkage strengths toward the global, family and record levels.

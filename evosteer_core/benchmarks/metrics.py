@@ -1,4 +1,4 @@
-"""Answer scoring per metric (SPEC §1.10): SQuAD EM/F1, MCQ letter, AIME integer, MATH
+"""Answer scoring per metric (docs/method.md §1.10): SQuAD EM/F1, MCQ letter, AIME integer, MATH
 final-value equivalence, code pass@1 in the sandbox, interactive success.
 
 Each scorer takes the raw reply text of the output node, extracts the answer the way its
@@ -24,7 +24,7 @@ from evosteer_core.tools.sandbox import run_tests
 
 
 def final_answer_text(reply: str) -> str:
-    """The stated answer (SPEC §1.10): the span after the last "answer is"/"answer:" cue
+    """The stated answer (docs/method.md §1.10): the span after the last "answer is"/"answer:" cue
     (``answers.cued_span``), else the last non-empty line."""
     cued = cued_span(reply)
     if cued is not None:

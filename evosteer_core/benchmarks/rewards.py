@@ -1,4 +1,4 @@
-"""The episode reward R ∈ [0, 1] of one task (SPEC §1.10), scored once on the output node.
+"""The episode reward R ∈ [0, 1] of one task (docs/method.md §1.10), scored once on the output node.
 
 ``evaluate`` dispatches on ``TaskRecord.metric``. Interactive records (ALFWorld, WebShop, and
 SWE-bench Verified, whose official harness is an environment the agent works in; see

@@ -1,8 +1,8 @@
 """Benchmark → task type (family) and benchmark → evaluation group (IID / OOD) per method.
 
-EvoSteer (SPEC §1.10): the six IID benchmarks are the families themselves; each OOD
+EvoSteer (docs/method.md §1.10): the six IID benchmarks are the families themselves; each OOD
 benchmark runs under its matched IID task type (MuSiQue as HotpotQA, SWE-Bench Verified as
-MBPP+, ...). CollabFlow (SPEC §2.4) splits the benchmarks differently (TriviaQA is IID and
+MBPP+, ...). CollabFlow (docs/method.md §2.4) splits the benchmarks differently (TriviaQA is IID and
 NQ-Open OOD; MedXpertQA and HumanEval join), but a benchmark's task type is the same for
 both methods.
 """

@@ -1,4 +1,4 @@
-"""The seven orchestration actions and their canonical JSON (SPEC §1.2, Def. 2)."""
+"""The seven orchestration actions and their canonical JSON (docs/method.md §1.2, Def. 2)."""
 
 from __future__ import annotations
 
@@ -88,5 +88,5 @@ class Action:
 
 
 def canonical_json(obj: object) -> str:
-    """JSON with sorted keys, separators ``,``/``:`` and non-ASCII kept (SPEC §1.2)."""
+    """JSON with sorted keys, separators ``,``/``:`` and non-ASCII kept (docs/method.md §1.2)."""
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)

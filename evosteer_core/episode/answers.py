@@ -1,4 +1,4 @@
-"""Reading the answer a model output states (SPEC §1.4, §1.10), shared by executors,
+"""Reading the answer a model output states (docs/method.md §1.4, §1.10), shared by executors,
 features and metrics so that every part of the pipeline agrees on what "the answer" is.
 
 Precedence: the last ``\\boxed{...}``, else the span after the last "answer:"/"answer is"
@@ -78,7 +78,7 @@ COMPLETE_STATUSES = ("ok", "tool_error")
 
 
 def stated_answer(text: str, role: RoleSpec, task: TaskRecord, status: str) -> str | None:
-    """The answer a node's output states, or None (SPEC §1.4 "answer"; features 15 and 17).
+    """The answer a node's output states, or None (docs/method.md §1.4 "answer"; features 15 and 17).
 
     A planner (``answer_form`` none) never answers. Otherwise the answer is the last
     ``\\boxed{}``, else the span after the last "answer:"/"answer is" cue, else, in code

@@ -1,4 +1,4 @@
-"""The per-episode budget ledger (SPEC §1.3): one shared account for every call in an episode."""
+"""The per-episode budget ledger (docs/method.md §1.3): one shared account for every call in an episode."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from evosteer_core.executors.base import CallLimits, NodeResult
 
 @dataclass(frozen=True)
 class BudgetLimits:
-    """Episode limits. Reference values are SPEC §1.3; small presets scale them down.
+    """Episode limits. Reference values are docs/method.md §1.3; small presets scale them down.
 
-    ``model_calls`` and ``max_actions`` are project choices (docs/budget.md): SPEC gives no
+    ``model_calls`` and ``max_actions`` are project choices (docs/runtime.md): the method gives no
     episode-level model-call cap but feature 29 needs one, and ``max_actions`` bounds the
     number of orchestration decisions so that non-executing actions cannot loop forever.
     ``token_scale`` multiplies every role's per-call token limits (1.0 = reference).
@@ -50,7 +50,7 @@ class BudgetLimits:
 class BudgetLedger:
     """Spent tokens, calls, environment steps and (simulated or measured) wall time.
 
-    The token total is a hard limit (SPEC §1.3): a charge is booked up to what is left and any
+    The token total is a hard limit (docs/method.md §1.3): a charge is booked up to what is left and any
     excess (a server that reported more than the executor estimated) goes to ``tokens_over``.
     Per-node usage is kept for the interactive family's per-node limits, which hold across all
     of a node's executions.

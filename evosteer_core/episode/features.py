@@ -1,4 +1,4 @@
-"""The 30-d execution feature vector f(s) of SPEC §1.4 (Eq. 3).
+"""The 30-d execution feature vector f(s) of docs/method.md §1.4 (Eq. 3).
 
 Computed from an :class:`~evosteer_core.episode.runtime.Episode` alone (graph, history of observations,
 skill menu, offered roles, environment, budget ledger), without any model call. It feeds the
@@ -95,7 +95,7 @@ def _call_outcome(result: NodeResult | None) -> tuple[float, float]:
 
 
 def execution_features(episode: Episode) -> np.ndarray:
-    """f(s) ∈ [0, 1]^30 (float32) of SPEC §1.4 for the episode's current state."""
+    """f(s) ∈ [0, 1]^30 (float32) of docs/method.md §1.4 for the episode's current state."""
     f = [0.0] * N_FEATURES
     graph = episode.graph
     nodes = graph.nodes.values()

@@ -1,4 +1,4 @@
-"""The communication graph (SPEC §1.1, Def. 1) and its canonical structure keys (§1.7)."""
+"""The communication graph (docs/method.md §1.1, Def. 1) and its canonical structure keys (§1.7)."""
 
 from __future__ import annotations
 
@@ -78,7 +78,7 @@ class CommGraph:
         return sorted(into, key=lambda e: node_index(e.source))
 
     def canonical(self) -> dict:
-        """The graph without ids or texts: nodes renumbered 0..n-1 by id order (SPEC §1.7)."""
+        """The graph without ids or texts: nodes renumbered 0..n-1 by id order (docs/method.md §1.7)."""
         order = sorted(self.nodes, key=node_index)
         pos = {nid: i for i, nid in enumerate(order)}
         return {
@@ -93,7 +93,7 @@ class CommGraph:
         }
 
     def structure_keys(self, stopped: bool) -> tuple[str, str]:
-        """(exact, coarse) bucket keys of SPEC §1.7, each carrying the open/stop marker."""
+        """(exact, coarse) bucket keys of docs/method.md §1.7, each carrying the open/stop marker."""
         n, e, mark = len(self.nodes), len(self.edges), "stop" if stopped else "open"
         digest = hashlib.sha256(canonical_json(self.canonical()).encode()).hexdigest()
         return f"x:{digest}:{n}:{e}:{mark}", f"c:{n}:{e}:{mark}"

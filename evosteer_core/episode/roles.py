@@ -1,4 +1,4 @@
-"""Role catalogue and per-family tool availability, loaded from configuration (SPEC §1.1)."""
+"""Role catalogue and per-family tool availability, loaded from configuration (docs/method.md §1.1)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Batched, lock-step rollout collection (SPEC §1.9 step 2).
+"""Batched, lock-step rollout collection (docs/method.md §1.9 step 2).
 
 All pending decisions of all episodes are sampled together: one batched policy call for the
 θ episodes (adapter on) and one for the ρ-driven episodes (adapter off) per round. A decision
@@ -8,7 +8,7 @@ sampled. The value-head snapshot v̂ (and its one-step change Δv̂) is shown in
 Each sampled decision is charged to its episode's ledger before its action executes (prompt and
 action tokens, and its time); forced decisions make no model call and cost nothing. A decision
 the budget cannot cover, or one that took longer than ``decision_deadline_s``, is replaced by
-the finalizing action of SPEC §1.2 (docs/runtime.md, "Orchestrator decisions").
+the finalizing action of docs/method.md §1.2 (docs/runtime.md, "Orchestrator decisions").
 
 Node executions go through a :class:`CircuitBreaker`: an episode stops at its first
 infrastructure failure, the rollout stops calling the executor after

@@ -1,7 +1,7 @@
-"""The interleaved runtime (SPEC §1.2, Eq. 3): every action is validated, applied, executed.
+"""The interleaved runtime (docs/method.md §1.2, Eq. 3): every action is validated, applied, executed.
 
 An :class:`Episode` owns one task's communication graph, budget ledger, history and
-(for interactive families) environment. ``legal_actions()`` is the legal set A(s) of SPEC §1.2
+(for interactive families) environment. ``legal_actions()`` is the legal set A(s) of docs/method.md §1.2
 (the single place legality is defined); ``apply(action)`` rejects anything outside it with an
 :class:`IllegalActionError` naming the action and the rule it breaks.
 """
@@ -87,7 +87,7 @@ class Observation:
 
 
 class Episode:
-    """One task's orchestration episode under the interleaved semantics of SPEC §1.2."""
+    """One task's orchestration episode under the interleaved semantics of docs/method.md §1.2."""
 
     def __init__(
         self,
@@ -149,7 +149,7 @@ class Episode:
         )
 
     def finalize(self, reason: str) -> None:
-        """From now on the legal set is the finalizing action only (SPEC §1.2), e.g. after the
+        """From now on the legal set is the finalizing action only (docs/method.md §1.2), e.g. after the
         orchestrator missed its decision deadline or cannot afford its next decision."""
         self._legal = None
         self.finalizing = reason
@@ -184,7 +184,7 @@ class Episode:
         return [n for n in ids if self.catalogue.role(self.graph.nodes[n].role_id).output_ok]
 
     def legal_actions(self) -> list[Action]:
-        """A(s) of SPEC §1.2, sorted by canonical text; empty once stopped.
+        """A(s) of docs/method.md §1.2, sorted by canonical text; empty once stopped.
 
         Cached per state: ``apply`` and ``charge_orchestrator`` (the only mutators) reset it.
         """
@@ -233,7 +233,7 @@ class Episode:
 
     def _output_role_possible(self, affordable: set[str]) -> bool:
         """Whether a node of an output role is live or can still be added: while one can,
-        non-output roles (planner) are not selectable as the output (SPEC §1.1–1.2)."""
+        non-output roles (planner) are not selectable as the output (docs/method.md §1.1–1.2)."""
         return any(
             self.catalogue.role(n.role_id).output_ok for n in self.graph.nodes.values()
         ) or any(r.output_ok for r in self.roles if r.role_id in affordable)
@@ -263,7 +263,7 @@ class Episode:
         return obs
 
     def charge_orchestrator(self, tokens_in: int, tokens_out: int, seconds: float = 0.0) -> None:
-        """The orchestrator's own decision is charged to the same ledger (SPEC §1.3)."""
+        """The orchestrator's own decision is charged to the same ledger (docs/method.md §1.3)."""
         self._legal = None
         self.ledger.charge_orchestrator(tokens_in, tokens_out, seconds)
 
@@ -348,7 +348,7 @@ class Episode:
         return tuple(msgs)
 
     def _why_illegal(self, a: Action) -> str:
-        """The first SPEC §1.2 rule that ``a`` breaks (for error messages only)."""
+        """The first docs/method.md §1.2 rule that ``a`` breaks (for error messages only)."""
         g = self.graph
         if self.stopped:
             return "the episode has stopped"
@@ -399,7 +399,7 @@ class Episode:
 
     # --- views ------------------------------------------------------------------------
     def public_state(self, value: float | None = None, value_change: float | None = None) -> dict:
-        """The policy-visible state (SPEC §1.6) in the renderer contract of ``policy.render``."""
+        """The policy-visible state (docs/method.md §1.6) in the renderer contract of ``policy.render``."""
         from evosteer_core.episode.features import execution_features
 
         g = self.graph
@@ -460,7 +460,7 @@ def node_prompt(
     messages: tuple[Message, ...],
     previous_output: str | None,
 ) -> str:
-    """A node's prompt in the order of SPEC §1.1."""
+    """A node's prompt in the order of docs/method.md §1.1."""
     parts = [f"Role: {role.role_id}. {role.instruction}", f"Task:\n{task.public_prompt}"]
     parts += [f"Skill:\n{s.rendered}" for s in skills]
     parts += [f"Input from agent {m.source_id} ({m.protocol}): {m.text}" for m in messages]

@@ -1,4 +1,4 @@
-"""Evaluation tables (SPEC §1.10): per benchmark the mean over runs with the sample std, and
+"""Evaluation tables (docs/method.md §1.10): per benchmark the mean over runs with the sample std, and
 per group the average of the benchmark means with the group std sqrt(Σ σ_b²) / n.
 
 A group enters the table only when every one of its benchmarks was evaluated (a partial group
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from evosteer_core.benchmarks.taskmap import GROUPS, benchmarks_in, group_of
 
 RUNS = 5
-"""Every reported score is a mean over five runs (SPEC §1.10)."""
+"""Every reported score is a mean over five runs (docs/method.md §1.10)."""
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,7 @@ def benchmark_score(name: str, runs: Sequence[float]) -> Score:
 
 
 def group_score(group: str, scores: Sequence[Score]) -> Score:
-    """Average of benchmark means; group std sqrt(Σ σ_b²) / n (SPEC §1.10)."""
+    """Average of benchmark means; group std sqrt(Σ σ_b²) / n (docs/method.md §1.10)."""
     n = len(scores)
     mean = sum(s.mean for s in scores) / n
     std = math.sqrt(sum(s.std**2 for s in scores)) / n

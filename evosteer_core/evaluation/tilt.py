@@ -1,6 +1,6 @@
 """How far π_θ has tilted from ρ toward the AnchorTB target, measured on ρ's own trajectories.
 
-AnchorTB's target reweights ρ's histories by 1 + a_β r (SPEC §1.7, Prop. A.6), so a policy that
+AnchorTB's target reweights ρ's histories by 1 + a_β r (docs/method.md §1.7, Prop. A.6), so a policy that
 learned it gives ρ's successful trajectories a higher log-ratio log P_θ(τ)/P_ρ(τ) = Σ_t Δℓ_t
 (the executor's terms cancel, A.4) than its failed ones. At initialization Δℓ ≡ 0 and the
 report is exactly (AUC 1/2, gap 0). Scored on held-out trajectories this is a paired,

@@ -115,7 +115,7 @@ class CallLimits:
 class NodeRequest:
     """Everything an executor needs to run one node once.
 
-    ``prompt`` is the full node prompt of SPEC §1.1 (built by the runtime); the structured
+    ``prompt`` is the full node prompt of docs/method.md §1.1 (built by the runtime); the structured
     fields repeat its parts for backends (the sim) that reason about them directly.
     ``seed_key`` = (run seed, episode key, node id, call index) makes the call deterministic.
     """

@@ -1,6 +1,6 @@
 """The run configuration: typed, frozen sections loaded from YAML (docs/pipeline.md).
 
-Defaults are the reference values of SPEC §1.9 (Table 3) wherever the spec fixes one, so a
+Defaults are the reference values of docs/method.md §1.9 (Table 3) wherever the spec fixes one, so a
 section left out of a YAML file means "as in the paper"; small presets override them. Load with
 :func:`load_config`; :func:`default_config` is the embedded ``tiny-sim`` preset.
 """
@@ -199,7 +199,7 @@ class SimConfig:
 
 @dataclass(frozen=True)
 class LoraConfig:
-    """LoRA adapter of the orchestrator (SPEC §1.6: r 64, alpha 128, dropout 0, attention)."""
+    """LoRA adapter of the orchestrator (docs/method.md §1.6: r 64, alpha 128, dropout 0, attention)."""
 
     r: int = 64
     alpha: int = 128
@@ -294,7 +294,7 @@ class TrainConfig:
 
 @dataclass(frozen=True)
 class AnchorsConfig:
-    """Shrinkage anchors and structural correction (SPEC §1.7).
+    """Shrinkage anchors and structural correction (docs/method.md §1.7).
 
     ``kappa`` = (kappa_g, kappa_c, kappa_q); ``n0`` is the structural prior count in
     ``n_g + n0``; ``record_prior_cap`` caps n_d in n'_d = min(n_d, cap).
@@ -315,7 +315,7 @@ class AnchorsConfig:
 
 @dataclass(frozen=True)
 class RewardConfig:
-    """How the *training* reward reads answers (SPEC §1.10; docs/benchmarks.md).
+    """How the *training* reward reads answers (docs/method.md §1.10; docs/benchmarks.md).
 
     ``yes_no_first_token``: against a yes/no gold, a QA reply whose first normalized token is
     yes or no counts as that word ("Yes, both are American." = yes). Official SQuAD/HotpotQA
@@ -327,7 +327,7 @@ class RewardConfig:
 
 @dataclass(frozen=True)
 class SkillsConfig:
-    """Validated skill admission (SPEC §1.8): author windows, re-evaluation, alpha spending."""
+    """Validated skill admission (docs/method.md §1.8): author windows, re-evaluation, alpha spending."""
 
     enabled: bool = True
     warmup_steps: int = 8

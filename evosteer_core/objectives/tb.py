@@ -7,7 +7,7 @@ residual of a trajectory is therefore
     δ_x = log Z + Σ_t Δℓ_t − log R_β(x),     loss = mean_x δ_x²,
 
 i.e. AnchorTB's single full-path span (0, T) with a free learned root instead of measured flows.
-It is the "TB (learned log Z)" row of the objective comparison (SPEC §1.10).
+It is the "TB (learned log Z)" row of the objective comparison (docs/method.md §1.10).
 """
 
 from __future__ import annotations

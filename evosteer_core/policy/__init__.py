@@ -1,4 +1,4 @@
-"""The orchestrator policy π_θ and its reference ρ (SPEC §1.6): backbones with a LoRA adapter,
+"""The orchestrator policy π_θ and its reference ρ (docs/method.md §1.6): backbones with a LoRA adapter,
 the grammar trie, batched sampling and scoring, h_ρ encodings, and prompt renderers."""
 
 from evosteer_core.policy.backbone import Policy, PolicyConfig, load_policy, tiny_model_folder

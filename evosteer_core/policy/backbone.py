@@ -1,4 +1,4 @@
-"""Orchestrator backbones with a LoRA adapter: π_θ (adapter on) and ρ (adapter off) (SPEC §1.6).
+"""Orchestrator backbones with a LoRA adapter: π_θ (adapter on) and ρ (adapter off) (docs/method.md §1.6).
 
 ``PolicyConfig.backbone`` selects ``"tiny"`` (a seeded from-config Llama with the shipped
 byte-level BPE, built on demand into a cache folder), ``"smollm2"`` (SmolLM2-135M-Instruct

@@ -1,4 +1,4 @@
-"""h_ρ(s): the reference model's state encoding (SPEC §1.6)."""
+"""h_ρ(s): the reference model's state encoding (docs/method.md §1.6)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Prompt renderers: the orchestrator's view of a public episode state (SPEC §1.6).
+"""Prompt renderers: the orchestrator's view of a public episode state (docs/method.md §1.6).
 
 The input is the dict produced by ``Episode.public_state()`` (keys: family, task, roles,
 skill_menu, graph, history, features, budget, value, value_change, legal_actions).

@@ -1,4 +1,4 @@
-"""Batched grammar-masked sampling of actions under π_θ (SPEC §1.6).
+"""Batched grammar-masked sampling of actions under π_θ (docs/method.md §1.6).
 
 All pending decisions of many episodes advance together: one forward pass per decoding depth
 over the batch, reusing a KV cache. Positions with a single allowed token are appended without

@@ -1,4 +1,4 @@
-"""Teacher-forced scoring ℓ(a|s) of actions under θ (adapter on) or ρ (adapter off) (SPEC §1.6).
+"""Teacher-forced scoring ℓ(a|s) of actions under θ (adapter on) or ρ (adapter off) (docs/method.md §1.6).
 
 ℓ(a|s) = Σ_j log softmax over the allowed set at position j of a's token sequence; a forced
 position (one allowed token) contributes exactly 0, so only branching positions are computed.

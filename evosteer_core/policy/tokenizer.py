@@ -1,6 +1,6 @@
 """Tokenization for the orchestrator: prompts (left-truncated, system text kept) and actions.
 
-An action is tokenized as its text followed by EOS (SPEC §1.2); each action's tokens must
+An action is tokenized as its text followed by EOS (docs/method.md §1.2); each action's tokens must
 decode back to its exact text, or the grammar mask could not be trusted.
 """
 

@@ -1,4 +1,4 @@
-"""The grammar mask: the legal actions' token sequences as a prefix-free trie (SPEC §1.6).
+"""The grammar mask: the legal actions' token sequences as a prefix-free trie (docs/method.md §1.6).
 
 Every sequence ends with EOS, and EOS occurs nowhere else, so no sequence is a prefix of
 another; a leaf (reached by EOS) names the action it spells.

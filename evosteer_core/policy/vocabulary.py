@@ -2,7 +2,7 @@
 
 They train the tiny tokenizer (``scripts/build_tiny_tokenizer.py``) and drive the policy
 tests and benchmark: node ids n0..n9, the six reference roles, ``evosteer-<20 hex>`` skill
-ids, both protocols, and STOP, in canonical action JSON (SPEC §1.2).
+ids, both protocols, and STOP, in canonical action JSON (docs/method.md §1.2).
 """
 
 from __future__ import annotations

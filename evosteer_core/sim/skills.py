@@ -1,6 +1,6 @@
 """The SIMULATED latent skill pool: skill texts for the seeded author, and their hidden effects.
 
-``LATENT_SKILLS`` holds skill contents in the six-field format of SPEC §1.8 (no family, no
+``LATENT_SKILLS`` holds skill contents in the six-field format of docs/method.md §1.8 (no family, no
 efficacy claim). ``SKILL_EFFECTS`` is the simulation's ground truth, never shown to any
 agent or author: the logit each skill adds to a bound node's attempts in each family. Every
 family has at least one clearly helpful skill (effect >= 0.8), one clearly harmful skill

@@ -1,4 +1,4 @@
-"""Validated skill admission (SPEC §1.8): skill format and filters, library and slots, paired
+"""Validated skill admission (docs/method.md §1.8): skill format and filters, library and slots, paired
 trials, sequential sign tests with an alpha-spending ledger, author windows and authors."""
 
 from evosteer_core.skills.author import (

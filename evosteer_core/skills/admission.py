@@ -1,7 +1,7 @@
 """Skill admission inside the training loop: menus, pair plans, and the validation round.
 
 ``SkillState`` is the part of the run state that belongs to validated skill admission
-(SPEC §1.8): the library, the test ledger, the warm-up evidence pool and the paired
+(docs/method.md §1.8): the library, the test ledger, the warm-up evidence pool and the paired
 observation counts. The training step asks it for the batch's menus and pairs, and hands it
 the batch's trajectories after the update.
 """

@@ -1,4 +1,4 @@
-"""Author windows (SPEC §1.8): which families get a window, what evidence the author sees,
+"""Author windows (docs/method.md §1.8): which families get a window, what evidence the author sees,
 and the authors themselves.
 
 No window during warm-up (steps 1..warmup_steps); the first window after it covers every

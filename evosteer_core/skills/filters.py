@@ -1,4 +1,4 @@
-"""Admission filters for candidate skills (SPEC §1.8).
+"""Admission filters for candidate skills (docs/method.md §1.8).
 
 Each check returns ``None`` when the skill passes or a :class:`Rejection` with a reason code
 from :data:`REJECTION_CODES` and a message naming the offending field. :func:`screen` runs
@@ -16,7 +16,7 @@ from evosteer_core.skills.skill import LIST_FIELDS, Skill
 
 @dataclass(frozen=True)
 class StyleLimits:
-    """Size limits of SPEC §1.8: characters per item, in total, in the name; items per list."""
+    """Size limits of docs/method.md §1.8: characters per item, in total, in the name; items per list."""
 
     max_item_chars: int = 240
     max_total_chars: int = 1100

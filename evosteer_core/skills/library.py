@@ -1,4 +1,4 @@
-"""The skill library (SPEC §1.8): statuses, slot limits, per-family menus, versions, diffs.
+"""The skill library (docs/method.md §1.8): statuses, slot limits, per-family menus, versions, diffs.
 
 A :class:`SkillLibrary` is immutable: every change returns a new library with ``version``
 one higher. ``content_hash`` is the sha256 of the canonical JSON of the state (entries and

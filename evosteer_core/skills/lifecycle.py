@@ -1,4 +1,4 @@
-"""The skill lifecycle of a run and the libraries of the admission-gain comparison (SPEC §1.10).
+"""The skill lifecycle of a run and the libraries of the admission-gain comparison (docs/method.md §1.10).
 
 ``lifecycle_rows`` joins a :class:`SkillLibrary` with its :class:`TestLedger`: for every skill
 ever admitted, the step it was proposed, promoted and retired, its final status, its pair

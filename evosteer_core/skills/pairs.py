@@ -1,4 +1,4 @@
-"""Paired-rollout bookkeeping (SPEC §1.8): which pairs to roll out, and how outcomes count.
+"""Paired-rollout bookkeeping (docs/method.md §1.8): which pairs to roll out, and how outcomes count.
 
 For each batch record whose family has a candidate, one pair: the candidate arm (forced first
 action ADD_AGENT(n0, solver, σ)) and the control arm (ADD_AGENT(n0, solver), σ masked); the

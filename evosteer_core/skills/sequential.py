@@ -1,4 +1,4 @@
-"""Sequential sign tests with a shared alpha-spending ledger (SPEC §1.8, Eqs. 11–12, App. C).
+"""Sequential sign tests with a shared alpha-spending ledger (docs/method.md §1.8, Eqs. 11–12, App. C).
 
 A *comparison* is one registered test of one skill against its control arm under a fixed
 context (reference policy and background menu). Comparison j (global registration index,

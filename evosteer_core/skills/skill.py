@@ -1,4 +1,4 @@
-"""The skill record (SPEC §1.8): six content fields, a canonical JSON form and a content id.
+"""The skill record (docs/method.md §1.8): six content fields, a canonical JSON form and a content id.
 
 A skill is a structured procedure an author distils from scored trajectories. Its id is a
 content hash, so the same text always has the same id and two skills with different text
@@ -35,7 +35,7 @@ ID_HEX_CHARS = 20
 
 
 def canonical_json(data: Any) -> str:
-    """Canonical JSON: sorted keys, no spaces, non-ASCII kept (SPEC §1.2 conventions)."""
+    """Canonical JSON: sorted keys, no spaces, non-ASCII kept (docs/method.md §1.2 conventions)."""
     return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
@@ -95,7 +95,7 @@ class Skill:
         )
 
     def render(self) -> str:
-        """The full text a node prompt shows for a bound skill (SPEC §1.1)."""
+        """The full text a node prompt shows for a bound skill (docs/method.md §1.1)."""
         lines = [
             f"Skill: {self.name}",
             f"Purpose: {self.description}",

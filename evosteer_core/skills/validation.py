@@ -1,4 +1,4 @@
-"""One validation round (SPEC §1.8, Alg. 1 step 8) as a pure function.
+"""One validation round (docs/method.md §1.8, Alg. 1 step 8) as a pure function.
 
 Order within a round, for the library snapshot the batch was rolled out with:
 1. count this batch's pairs into each skill's open comparison, registering a new comparison

@@ -1,1 +1,1 @@
-"""Agent tools: the Python sandbox and search retrievers (SPEC §1.3)."""
+"""Agent tools: the Python sandbox and search retrievers (docs/method.md §1.3)."""

@@ -1,4 +1,4 @@
-"""Python sandbox: run untrusted model-written code in a contained subprocess (SPEC §1.3).
+"""Python sandbox: run untrusted model-written code in a contained subprocess (docs/method.md §1.3).
 
 Mechanism (details, the escape table and the limits in docs/executors.md):
 
@@ -130,7 +130,7 @@ class SandboxResult:
 
 @dataclass(frozen=True)
 class SandboxLimits:
-    """The sandbox settings an executor passes to every run (SPEC §1.3 reference values)."""
+    """The sandbox settings an executor passes to every run (docs/method.md §1.3 reference values)."""
 
     cpu_s: float = 10
     wall_s: float = 15

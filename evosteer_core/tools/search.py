@@ -1,6 +1,6 @@
 """Search tool: a pluggable retriever (local BM25 or an HTTP service) and the tool-result text.
 
-SPEC §1.3: a search returns the top-3 passages, each cut to ≤ 600 characters, and the whole
+docs/method.md §1.3: a search returns the top-3 passages, each cut to ≤ 600 characters, and the whole
 tool result is capped at 2,000 characters. The HTTP JSON API is documented in
 docs/executors.md.
 """

@@ -22,7 +22,7 @@ from torch import Tensor, nn
 from evosteer_core.episode.records import FAMILIES
 
 FEATURE_DIM = 30
-"""Length of the execution feature vector f(s) (SPEC §1.4)."""
+"""Length of the execution feature vector f(s) (docs/method.md §1.4)."""
 
 N_FAMILIES = len(FAMILIES)
 """Number of task types in the family one-hot."""

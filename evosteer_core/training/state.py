@@ -1,4 +1,4 @@
-"""The run state carried from one training step to the next (the checkpoint, SPEC §1.9 step 9)."""
+"""The run state carried from one training step to the next (the checkpoint, docs/method.md §1.9 step 9)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The pure step functions of one training step (SPEC §1.9, Alg. 1) and the plain train loop.
+"""The pure step functions of one training step (docs/method.md §1.9, Alg. 1) and the plain train loop.
 
 Each stage is deterministic given its inputs and the run seed; the Flyte tasks in ``evosteer_flyte/tasks/``
 wrap exactly these functions. Stages: ``rollout_stage`` → ``rescore_stage`` →
@@ -268,7 +268,7 @@ def rescore_stage(s: Session, decisions: pd.DataFrame) -> pd.DataFrame:
 # --- stage 3: value head ---------------------------------------------------------------------
 def reference_states(trajectories: pd.DataFrame, decisions: pd.DataFrame) -> dict[str, list]:
     """Legal reference states with their terminal rewards: natural ρ rollouts (all states) and
-    paired arms without their forced prefix (SPEC §1.5); unhealthy trajectories are left out."""
+    paired arms without their forced prefix (docs/method.md §1.5); unhealthy trajectories are left out."""
     ok = trajectories[trajectories["complete"] & trajectories["healthy"]]
     ref = ok[ok["arm"].isin(["rho", "pair_treat", "pair_control"])].set_index("traj_id")
     d = decisions[decisions["traj_id"].isin(ref.index)]
@@ -329,7 +329,7 @@ def update_stage(
     *,
     nonfinite_steps: int = 0,
 ) -> dict[str, Any]:
-    """Stage 4 (SPEC §1.9 steps 6–7): anchors, buckets (one step behind), one AdamW step.
+    """Stage 4 (docs/method.md §1.9 steps 6–7): anchors, buckets (one step behind), one AdamW step.
 
     A non-finite loss or gradient norm skips the AdamW step (parameters and optimizer state
     stay as they were; the measured statistics are still recorded) and counts towards
@@ -445,7 +445,7 @@ def _trajectory_batch(
 
     Δℓ_t = ℓ_θ − ℓ_ρ comes from the re-scoring stage (same parameters, same prompt, tokens and
     mask) as a *leaf* tensor: the objective's gradient with respect to it is Γ_t, which
-    :func:`_backprop_actor` turns into the θ-gradient Σ_t Γ_t ∇ℓ_θ (SPEC §1.7, A.22).
+    :func:`_backprop_actor` turns into the θ-gradient Σ_t Γ_t ∇ℓ_θ (docs/method.md §1.7, A.22).
     b_ψ is computed here with its graph, so ψ gets its gradient from the loss directly.
     """
     acfg = s.pool.config
@@ -541,7 +541,7 @@ def train_step(s: Session, state: TrainState, step: int) -> tuple[TrainState, di
 def validation_stage(
     s: Session, trajectories: pd.DataFrame, decisions: pd.DataFrame, step: int
 ) -> tuple[dict[str, Any], dict[str, float]]:
-    """Stage 5: paired W/L/T, the author window and the sequential tests (SPEC §1.8)."""
+    """Stage 5: paired W/L/T, the author window and the sequential tests (docs/method.md §1.8)."""
     prompts = {r.record_id: r.prompt for r in s.world.train_records}
     metrics = s.skills.validation_round(
         trajectories, decisions, prompts, step, s.world.executor, s.cfg.train.seed
