@@ -30,6 +30,7 @@ from evosteer_core.infra.artifacts import RunIndex, StoreError, open_store
 from evosteer_core.infra.config import RunConfig, load_config
 from evosteer_core.infra.configio import InputError, parse_override
 from evosteer_core.infra.locks import RunInUseError, run_lock
+from evosteer_core.infra.runs import run_config, run_id_for
 
 
 def _quiet_libraries() -> None:
@@ -149,7 +150,6 @@ def _tracking_summary(cfg: RunConfig, mlflow_run: str) -> list[str]:
 
 def cmd_train(args: argparse.Namespace) -> int:
     cfg = _config(args)
-    from evosteer_core.pipeline.stage_io import run_id_for
     from evosteer_flyte.workflows.train import train
 
     run_id = run_id_for(cfg)
@@ -175,7 +175,6 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from evosteer_flyte.tasks.replay import run_config
     from evosteer_flyte.workflows.evaluate import evaluate
 
     store = open_store(args.run_dir)
@@ -221,7 +220,6 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from evosteer_core.pipeline.report import render_html, run_history
-    from evosteer_flyte.tasks.replay import run_config
 
     store = open_store(args.run_dir)
     cfg = run_config(store, args.run)

@@ -29,7 +29,7 @@ from evosteer_core.infra.config import load_config
 from evosteer_core.infra.seeding import derive_seed
 from evosteer_core.policy.backbone import default_cache_dir, tiny_model_folder
 from evosteer_core.policy.batch import right_pad
-from evosteer_core.policy.render import render_compact
+from evosteer_core.policy.render import public_state, render_compact
 from evosteer_core.policy.tokenizer import PolicyTokenizer
 from evosteer_core.sim import SimExecutor, make_sim_suite
 
@@ -47,7 +47,9 @@ def random_policy_texts(episodes: int, seed: int, tok: PolicyTokenizer) -> list[
         while not ep.stopped:
             legal = ep.legal_actions()
             action = legal[rng.randrange(len(legal))]
-            prompt = tok.encode_prompt(render_compact(ep.public_state(value=0.5, value_change=0.0)))
+            prompt = tok.encode_prompt(
+                render_compact(public_state(ep, value=0.5, value_change=0.0))
+            )
             action_ids = list(tok.encode_action(action.to_json()))
             out.append(prompt + action_ids)
             charge = DecisionCharge()  # as in a rollout: a forced decision costs nothing

@@ -14,8 +14,8 @@ from mlflow import MlflowClient
 from pipeline_support import SMALL, isolate_flyte_cache, small_config
 
 from evosteer_core.infra.locks import run_lock
+from evosteer_core.infra.runs import run_id_for
 from evosteer_core.infra.tracking import resolve_tracking
-from evosteer_core.pipeline.stage_io import run_id_for
 from evosteer_flyte.cli import main as cli_main
 from evosteer_flyte.tasks.tracking_tasks import RUN_ID_TAG
 

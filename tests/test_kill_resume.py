@@ -27,8 +27,8 @@ from pipeline_support import SMALL, isolate_flyte_cache, small_config
 
 from evosteer_core.infra.artifacts import ArtifactStore, RunIndex, object_key, open_store
 from evosteer_core.infra.config import RunConfig
+from evosteer_core.infra.runs import run_id_for
 from evosteer_core.pipeline import stage_io
-from evosteer_core.pipeline.stage_io import run_id_for
 from evosteer_flyte.cli import main as cli_main
 from evosteer_flyte.workflows.train import train
 

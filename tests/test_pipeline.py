@@ -10,8 +10,9 @@ from mlflow import MlflowClient
 from pipeline_support import SMALL, count_stage_calls, isolate_flyte_cache, small_config
 
 from evosteer_core.infra.artifacts import RunIndex, object_key, open_store
+from evosteer_core.infra.runs import run_id_for
 from evosteer_core.infra.tracking import resolve_tracking
-from evosteer_core.pipeline.stage_io import STEP_ARTIFACTS, run_id_for
+from evosteer_core.pipeline.stage_io import STEP_ARTIFACTS
 from evosteer_core.training import step as core
 from evosteer_flyte.cli import main as cli_main
 from evosteer_flyte.workflows.train import train

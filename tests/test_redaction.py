@@ -14,10 +14,9 @@ from pipeline_support import isolate_flyte_cache, small_config
 
 from evosteer_core.infra.config import load_config
 from evosteer_core.infra.redact import redact_text, redact_url, redact_urls
+from evosteer_core.infra.runs import config_hash, run_config, run_id_for
 from evosteer_core.infra.tracking import resolve_tracking
-from evosteer_core.pipeline.stage_io import run_id_for, step_config_hash
 from evosteer_flyte.cli import main as cli_main
-from evosteer_flyte.tasks.replay import run_config
 from evosteer_flyte.workflows.train import train
 
 AIME = Path(__file__).parent / "data" / "benchmarks" / "aime.jsonl"
@@ -61,9 +60,8 @@ def test_config_hashes_unchanged_without_credentials_and_equal_for_the_redacted_
     other = load_config(None, {**base, "executor.base_url": "http://u:S2@h:1/v1"})
     stored = load_config(None, {**base, "executor.base_url": "http://REDACTED@h:1/v1"})
     elsewhere = load_config(None, {**base, "executor.base_url": "http://h:2/v1"})
-    assert step_config_hash(real) == step_config_hash(other) == step_config_hash(stored)
-    assert real.config_hash() == stored.config_hash()
-    assert step_config_hash(real) != step_config_hash(elsewhere)
+    assert config_hash(real) == config_hash(other) == config_hash(stored)
+    assert config_hash(real) != config_hash(elsewhere)
 
 
 SECRETS = ("S3CRET-BASE", "S3CRET-RETRIEVER", "S3CRET-RTOKEN", "S3CRET-TRACK", "S3CRET-S3")

@@ -15,9 +15,10 @@ import pytest
 from evosteer_core.episode.actions import Action
 from evosteer_core.episode.budget import BudgetLimits
 from evosteer_core.episode.graph import node_index
+from evosteer_core.episode.prompts import node_prompt
 from evosteer_core.episode.records import TaskRecord
 from evosteer_core.episode.roles import default_catalogue
-from evosteer_core.episode.runtime import Episode, IllegalActionError, node_prompt
+from evosteer_core.episode.runtime import Episode, IllegalActionError
 from evosteer_core.executors.base import (
     Environment,
     EnvStep,
@@ -27,6 +28,7 @@ from evosteer_core.executors.base import (
     ToolUse,
 )
 from evosteer_core.infra.seeding import numpy_rng
+from evosteer_core.policy.render import public_state
 
 CAT = default_catalogue()
 METRIC = {"hotpotqa": "qa_em", "aime": "aime", "mbpp_plus": "code", "alfworld": "interactive"}
@@ -459,7 +461,7 @@ def test_masked_skills_never_appear() -> None:
     assert [s.skill_id for s in ep.menu] == ["sk-a", "sk-b"]
     add(ep, "solver")
     assert all(a.skill_id != "sk-masked" for a in ep.legal_actions())
-    assert "sk-masked" not in str(ep.public_state())
+    assert "sk-masked" not in str(public_state(ep))
 
 
 def test_revise_needs_an_affordable_target_role() -> None:
@@ -785,7 +787,7 @@ def test_orchestrator_charge_reaches_the_ledger() -> None:
     ep.charge_orchestrator(900, 30)
     assert ep.ledger.tokens == before + 930
     assert ep.ledger.used_fractions()[0] == pytest.approx((before + 930) / 40_000)
-    assert ep.public_state()["budget"]["tokens_used_frac"] == pytest.approx((before + 930) / 40_000)
+    assert public_state(ep)["budget"]["tokens_used_frac"] == pytest.approx((before + 930) / 40_000)
     ep.charge_orchestrator(40_000 - ep.ledger.tokens - 5_000, 0)
     assert ep.legal_actions() == [Action("SET_OUTPUT", node_id="n0")]
 
@@ -810,7 +812,7 @@ def test_infra_failure_marks_the_episode_unhealthy() -> None:
 def test_public_state_lists_the_legal_actions_and_features() -> None:
     ep = episode()
     add(ep, "solver", "sk-a")
-    state = ep.public_state(value=0.4, value_change=0.1)
+    state = public_state(ep, value=0.4, value_change=0.1)
     assert state["legal_actions"] == [a.to_json() for a in ep.legal_actions()]
     assert len(state["features"]) == 30 and state["value"] == 0.4
     assert state["skill_menu"][0] == {"id": "sk-a", "name": "Check units", "trigger": "numbers"}

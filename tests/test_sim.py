@@ -11,9 +11,10 @@ from evosteer_core.benchmarks.rewards import evaluate
 from evosteer_core.episode.actions import Action
 from evosteer_core.episode.answers import cued_span
 from evosteer_core.episode.budget import BudgetLedger, BudgetLimits
+from evosteer_core.episode.prompts import node_prompt
 from evosteer_core.episode.records import FAMILIES
 from evosteer_core.episode.roles import default_catalogue
-from evosteer_core.episode.runtime import Episode, node_prompt
+from evosteer_core.episode.runtime import Episode
 from evosteer_core.executors.base import (
     CallLimits,
     Environment,

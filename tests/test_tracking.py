@@ -11,6 +11,7 @@ import pytest
 from evosteer_core.infra.artifacts import LocalStore
 from evosteer_core.infra.config import default_config, load_config
 from evosteer_core.infra.configio import ConfigError
+from evosteer_core.infra.runs import config_hash
 from evosteer_core.infra.tracking import CONFIG_HASH_TAG, RunTracker, resolve_tracking, step_dir
 
 
@@ -69,7 +70,7 @@ def test_run_params_metrics_artifacts_tags_and_resume(tracking_uri: str, tmp_pat
     assert run.data.params["train.steps"] == str(cfg.train.steps)
     assert run.data.params["anchors.kappa"] == "[2.0,4.0,0.5]"
     assert run.data.tags["flyte.execution_id"] == "f123"
-    assert run.data.tags[CONFIG_HASH_TAG] == cfg.config_hash()
+    assert run.data.tags[CONFIG_HASH_TAG] == config_hash(cfg)
     history = client.get_metric_history(tracker.run_id, "loss")
     assert [(m.step, m.value) for m in history] == [(1, 1.5), (2, 1.0)]
     assert run.data.metrics["custom_metric"] == 1.0

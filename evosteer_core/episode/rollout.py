@@ -44,7 +44,7 @@ from evosteer_core.executors.breaker import (
 from evosteer_core.infra.schemas import validate_tables
 from evosteer_core.infra.seeding import torch_generator
 from evosteer_core.policy.orchestrator import Orchestrator
-from evosteer_core.policy.render import render
+from evosteer_core.policy.render import public_state, render
 from evosteer_core.training.heads import ValueHead
 
 FAMILY_INDEX = {f: i for i, f in enumerate(FAMILIES)}
@@ -151,7 +151,7 @@ def collect_rollouts(
             ep = episodes[i]
             dv = None if prev_value[i] is None else v - prev_value[i]
             prev_value[i] = v
-            state = ep.public_state(value=v, value_change=dv)
+            state = public_state(ep, value=v, value_change=dv)
             legal = state["legal_actions"]
             forced = plans[i].forced_first() if not ep.history else None
             exact, coarse = ep.graph.structure_keys(stopped=False)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from evosteer_core.episode.actions import Action
 from evosteer_core.episode.budget import BudgetLedger, BudgetLimits
 from evosteer_core.episode.graph import CommGraph, Node, node_index
+from evosteer_core.episode.prompts import node_prompt
 from evosteer_core.episode.records import TaskRecord
 from evosteer_core.episode.roles import Catalogue, RoleSpec
 from evosteer_core.executors.base import (
@@ -396,75 +397,3 @@ class Episode:
         ):
             return f"{node_id} has used its per-node model calls"
         return "the role's per-call budget can no longer be reserved"
-
-    # --- views ------------------------------------------------------------------------
-    def public_state(self, value: float | None = None, value_change: float | None = None) -> dict:
-        """The policy-visible state (docs/method.md §1.6) in the renderer contract of ``policy.render``."""
-        from evosteer_core.episode.features import execution_features
-
-        g = self.graph
-        return {
-            "family": self.task.family,
-            "task": self.task.public_prompt,
-            "roles": [r.role_id for r in self.roles],
-            "skill_menu": [
-                {"id": s.skill_id, "name": s.name, "trigger": _trigger(s)} for s in self.menu
-            ],
-            "graph": {
-                "nodes": [
-                    {
-                        "id": n.node_id,
-                        "role": n.role_id,
-                        "skills": list(n.skills),
-                        "status": n.status,
-                        "answer": n.answer,
-                        "output": n.output,
-                    }
-                    for n in g.nodes.values()
-                ],
-                "edges": [[e.source, e.target, e.protocol] for e in g.edges.values()],
-                "output": g.output_id,
-            },
-            "history": [o.summary() for o in self.history],
-            "features": [float(x) for x in execution_features(self)],
-            "budget": dict(
-                zip(
-                    (
-                        "tokens_used_frac",
-                        "tool_calls_used_frac",
-                        "wall_used_frac",
-                        "model_calls_used_frac",
-                    ),
-                    self.ledger.used_fractions(),
-                    strict=True,
-                )
-            ),
-            "value": value,
-            "value_change": value_change,
-            "legal_actions": [a.to_json() for a in self.legal_actions()],
-        }
-
-
-def _trigger(skill: SkillView) -> str:
-    """The "use when" line of a rendered skill (the menu shows id, name and trigger)."""
-    for line in skill.rendered.splitlines():
-        if line.lower().startswith("use when"):
-            return line.split(":", 1)[-1].strip()
-    return ""
-
-
-def node_prompt(
-    role: RoleSpec,
-    task: TaskRecord,
-    skills: tuple[SkillView, ...],
-    messages: tuple[Message, ...],
-    previous_output: str | None,
-) -> str:
-    """A node's prompt in the order of docs/method.md §1.1."""
-    parts = [f"Role: {role.role_id}. {role.instruction}", f"Task:\n{task.public_prompt}"]
-    parts += [f"Skill:\n{s.rendered}" for s in skills]
-    parts += [f"Input from agent {m.source_id} ({m.protocol}): {m.text}" for m in messages]
-    if previous_output is not None:
-        parts.append(f"Your previous output: {previous_output}")
-    parts.append("Perform your role.")
-    return "\n\n".join(parts)

@@ -8,7 +8,6 @@ section left out of a YAML file means "as in the paper"; small presets override 
 from __future__ import annotations
 
 import copy
-import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
@@ -34,8 +33,6 @@ from evosteer_core.infra.configio import (
 from evosteer_core.infra.redact import redact_urls
 
 DEFAULT_PRESET = "tiny-sim.yaml"
-# Top-level keys that say where things are stored, logged or run, not what is computed.
-OPERATIONAL_KEYS = ("name", "store", "tracking", "images")
 
 
 def _check(ok: bool, message: str) -> None:
@@ -408,19 +405,6 @@ class RunConfig:
     def public_yaml(self) -> str:
         """:meth:`public_dict` as YAML text."""
         return yaml.safe_dump(self.public_dict(), sort_keys=False)
-
-    def config_hash(self) -> str:
-        """sha256 of the canonical JSON of every section that determines results.
-
-        ``name``, ``store``, ``tracking`` and ``images`` are left out: moving a run to another
-        bucket or tracking server does not change what it computes (nor its cache keys). URLs
-        are hashed redacted (:meth:`public_dict`): a changed password is the same run, and the
-        stored config hashes as the run does.
-        """
-        from evosteer_core.infra.artifacts import canonical_json
-
-        data = {k: v for k, v in self.public_dict().items() if k not in OPERATIONAL_KEYS}
-        return hashlib.sha256(canonical_json(data)).hexdigest()
 
 
 def config_from_dict(

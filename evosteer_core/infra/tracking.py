@@ -29,6 +29,7 @@ from evosteer_core.infra.artifacts import ArtifactRef, ArtifactStore, StoreError
 from evosteer_core.infra.configio import ConfigError, flatten
 from evosteer_core.infra.locks import file_lock
 from evosteer_core.infra.redact import redact_url, redact_urls
+from evosteer_core.infra.runs import config_hash
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -190,8 +191,8 @@ class RunTracker:
         """Create a run (and the experiment if new); log the config as flattened params and
         as ``config.yaml``, and tag its hash when it is a RunConfig."""
         all_tags = dict(tags or {})
-        if config is not None and hasattr(config, "config_hash"):
-            all_tags[CONFIG_HASH_TAG] = config.config_hash()
+        if config is not None and not isinstance(config, Mapping):
+            all_tags[CONFIG_HASH_TAG] = config_hash(config)
         with _tracking_op(tracking_uri, f"start a run in experiment {experiment}"):
             client = _client(tracking_uri, s3_endpoint)
             exp_id = _experiment_id(client, tracking_uri, experiment, artifact_location)

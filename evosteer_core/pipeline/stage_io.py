@@ -22,7 +22,7 @@ import torch
 
 from evosteer_core.episode.rollout import rollout_health
 from evosteer_core.infra.artifacts import ArtifactRef, ArtifactStore
-from evosteer_core.infra.config import OPERATIONAL_KEYS, RunConfig
+from evosteer_core.infra.config import RunConfig
 from evosteer_core.infra.schemas import DECISIONS, TRAJECTORIES, validate_rescored, validate_tables
 from evosteer_core.infra.seeding import derive_seed
 from evosteer_core.training import step as core
@@ -40,24 +40,6 @@ STEP_ARTIFACTS: tuple[str, ...] = (
 """The artifacts recorded per step in the run index, in the order the stages produce them."""
 
 TABLES = ("trajectories", "decisions", "rescored")
-
-
-def step_config_hash(cfg: RunConfig) -> str:
-    """sha256 of what one step computes: the config without its operational keys and without
-    ``train.steps`` (extending a run from 3 to 4 steps must keep the cache keys of steps 1–3)."""
-    import hashlib
-
-    from evosteer_core.infra.artifacts import canonical_json
-
-    data = {k: v for k, v in cfg.public_dict().items() if k not in OPERATIONAL_KEYS}
-    data["train"] = {k: v for k, v in data["train"].items() if k != "steps"}
-    return hashlib.sha256(canonical_json(data)).hexdigest()
-
-
-def run_id_for(cfg: RunConfig) -> str:
-    """The run id of a config: its name plus the step-config hash, so that re-running the same
-    config (resume or extension) writes to the same run index."""
-    return f"{cfg.name}-{step_config_hash(cfg)[:12]}"
 
 
 # --- encodings -----------------------------------------------------------------------------

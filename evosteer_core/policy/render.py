@@ -1,6 +1,6 @@
 """Prompt renderers: the orchestrator's view of a public episode state (docs/method.md §1.6).
 
-The input is the dict produced by ``Episode.public_state()`` (keys: family, task, roles,
+The input is the dict :func:`public_state` builds from an episode (keys: family, task, roles,
 skill_menu, graph, history, features, budget, value, value_change, legal_actions).
 Every rendered prompt is ``system text + SYSTEM_SEPARATOR + body``; the system text contains
 no ``SYSTEM_SEPARATOR``, so prompt truncation can keep it while cutting the body from the left.
@@ -11,6 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 from evosteer_core.episode.actions import canonical_json
+from evosteer_core.episode.features import execution_features
+from evosteer_core.episode.runtime import Episode
+from evosteer_core.executors.base import SkillView
 
 SYSTEM_SEPARATOR = "\n\n"
 """Ends the system text of every prompt (the first occurrence marks its end)."""
@@ -50,6 +53,60 @@ _REQUIRED_KEYS = (
     "value_change",
     "legal_actions",
 )
+
+
+def public_state(
+    ep: Episode, value: float | None = None, value_change: float | None = None
+) -> dict[str, Any]:
+    """The policy-visible state of an episode (docs/method.md §1.6): what every renderer
+    reads, with the reference value ``value`` and its change since the last decision."""
+    g = ep.graph
+    return {
+        "family": ep.task.family,
+        "task": ep.task.public_prompt,
+        "roles": [r.role_id for r in ep.roles],
+        "skill_menu": [{"id": s.skill_id, "name": s.name, "trigger": _trigger(s)} for s in ep.menu],
+        "graph": {
+            "nodes": [
+                {
+                    "id": n.node_id,
+                    "role": n.role_id,
+                    "skills": list(n.skills),
+                    "status": n.status,
+                    "answer": n.answer,
+                    "output": n.output,
+                }
+                for n in g.nodes.values()
+            ],
+            "edges": [[e.source, e.target, e.protocol] for e in g.edges.values()],
+            "output": g.output_id,
+        },
+        "history": [o.summary() for o in ep.history],
+        "features": [float(x) for x in execution_features(ep)],
+        "budget": dict(
+            zip(
+                (
+                    "tokens_used_frac",
+                    "tool_calls_used_frac",
+                    "wall_used_frac",
+                    "model_calls_used_frac",
+                ),
+                ep.ledger.used_fractions(),
+                strict=True,
+            )
+        ),
+        "value": value,
+        "value_change": value_change,
+        "legal_actions": [a.to_json() for a in ep.legal_actions()],
+    }
+
+
+def _trigger(skill: SkillView) -> str:
+    """The "use when" line of a rendered skill (the menu shows id, name and trigger)."""
+    for line in skill.rendered.splitlines():
+        if line.lower().startswith("use when"):
+            return line.split(":", 1)[-1].strip()
+    return ""
 
 
 def _check_state(state: dict[str, Any]) -> None:

@@ -101,7 +101,7 @@ def _sentence(rng: np.random.Generator, words: int) -> str:
 
 
 def random_public_state(rng: np.random.Generator) -> dict[str, Any]:
-    """A public episode state (the ``Episode.public_state()`` contract) with random content."""
+    """A public episode state (the ``policy.render.public_state`` contract) with random content."""
     legal = random_legal_set(rng)
     n = int(rng.integers(0, 6))
     nodes = [

@@ -4,12 +4,10 @@ from dataclasses import dataclass
 
 from flytekit import task
 
-from evosteer_core.infra.artifacts import RunIndex, open_store
-from evosteer_core.infra.config import config_from_dict
-from evosteer_core.infra.configio import parse_yaml
+from evosteer_core.infra.artifacts import open_store
+from evosteer_core.infra.runs import run_config
 from evosteer_core.pipeline.replay import replay_step as replay_core
 from evosteer_flyte.tasks.resources import GPU_ACCELERATOR, GPU_IMAGE, GPU_RESOURCES, RETRIES
-from evosteer_flyte.tasks.tracking_tasks import CONFIG_ENTRY
 
 
 @dataclass
@@ -21,13 +19,6 @@ class ReplayResult:
     identical: bool
     lines: list[str]
     differing: list[str]
-
-
-def run_config(store, run_id: str):
-    """The config a run recorded at step 0."""
-    ref = RunIndex(store, run_id).lookup(0, CONFIG_ENTRY)
-    source = f"{run_id}/config.yaml"
-    return config_from_dict(parse_yaml(store.get_bytes(ref).decode(), source), source)
 
 
 @task(

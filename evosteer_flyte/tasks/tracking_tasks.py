@@ -8,6 +8,7 @@ written and MLflow is left alone (an empty MLflow run id).
 from flytekit import current_context, task
 
 from evosteer_core.infra.artifacts import ArtifactRef, RunIndex
+from evosteer_core.infra.runs import record_config
 from evosteer_core.infra.tracking import (
     EXECUTION_TAG,
     RunTracker,
@@ -52,22 +53,13 @@ def start_tracking(spec: RunSpec, config_yaml: str, workflow: str) -> str:
     return RunTracker.from_config(cfg, run_name=f"{workflow}:{spec.run_id}", tags=tags).run_id
 
 
-CONFIG_ENTRY = "config"
-"""Run-index name (step 0) of the run's config YAML: replay and evaluate read it back."""
-
-
 @task(**LIGHT_TASK)
 def record_init(spec: RunSpec, config_yaml: str, state: ArtifactRef) -> ArtifactRef:
-    """Record the config and the step-0 state in the run index; pass the state on.
-
-    The config entry is replaced on every execution (an extended run differs only in
-    ``train.steps``, which no step depends on). It is the config with credentials redacted
-    from its URLs (``RunConfig.public_yaml``), which hashes as the run does."""
+    """Record the config (``runs.record_config``: redacted, replaced on every execution) and
+    the step-0 state in the run index; pass the state on."""
     cfg, io = load(spec, config_yaml)
-    index = RunIndex(io.store, spec.run_id)
-    config_ref = io.store.put_bytes(cfg.public_yaml().encode(), "config.yaml")
-    index.record(0, CONFIG_ENTRY, config_ref, replace=True)
-    index.record(0, "state", state)
+    record_config(io.store, spec.run_id, cfg)
+    RunIndex(io.store, spec.run_id).record(0, "state", state)
     return state
 
 

@@ -1,0 +1,57 @@
+"""Run identity: the one config hash, the run id, and the config a run records at step 0.
+
+A run is named by what it computes, not by where it is stored or for how many steps it runs,
+so re-running a config (after a crash, or with more ``train.steps``) writes to the same run
+index and hits the same cache keys. Everything that keys a run (the Flyte ``RunSpec``, the run
+id, the MLflow ``evosteer.config_hash`` tag) takes its hash from :func:`config_hash`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from evosteer_core.infra.artifacts import ArtifactRef, ArtifactStore, RunIndex, canonical_json
+from evosteer_core.infra.config import RunConfig, config_from_dict
+from evosteer_core.infra.configio import parse_yaml
+
+OPERATIONAL_KEYS = ("name", "store", "tracking", "images")
+"""Top-level keys that say where a run is stored, logged or run, not what it computes."""
+
+CONFIG_ENTRY = "config"
+"""Run-index name (step 0) of the run's config YAML: replay, evaluate and report read it back."""
+
+
+def config_hash(cfg: RunConfig) -> str:
+    """sha256 of the canonical JSON of what a run computes.
+
+    Left out: the operational keys (moving a run to another bucket or tracking server is the
+    same run) and ``train.steps`` (no step depends on how many follow it, so extending a run
+    from 3 to 4 steps keeps the cache keys of steps 1–3). URLs are hashed redacted
+    (:meth:`RunConfig.public_dict`): a changed password is the same run, and the stored config
+    hashes as the run does.
+    """
+    data = {k: v for k, v in cfg.public_dict().items() if k not in OPERATIONAL_KEYS}
+    data["train"] = {k: v for k, v in data["train"].items() if k != "steps"}
+    return hashlib.sha256(canonical_json(data)).hexdigest()
+
+
+def run_id_for(cfg: RunConfig) -> str:
+    """The run id of a config: its name plus the first 12 hex digits of :func:`config_hash`."""
+    return f"{cfg.name}-{config_hash(cfg)[:12]}"
+
+
+def record_config(store: ArtifactStore, run_id: str, cfg: RunConfig) -> ArtifactRef:
+    """Store the config with credentials redacted (:meth:`RunConfig.public_yaml`, which hashes
+    as the run does) and record it as the run's step-0 :data:`CONFIG_ENTRY`.
+
+    The entry is replaced on every call: an extended run differs only in ``train.steps``."""
+    ref = store.put_bytes(cfg.public_yaml().encode(), "config.yaml")
+    RunIndex(store, run_id).record(0, CONFIG_ENTRY, ref, replace=True)
+    return ref
+
+
+def run_config(store: ArtifactStore, run_id: str) -> RunConfig:
+    """The config a run recorded at step 0 (:func:`record_config`)."""
+    ref = RunIndex(store, run_id).lookup(0, CONFIG_ENTRY)
+    source = f"{run_id}/config.yaml"
+    return config_from_dict(parse_yaml(store.get_bytes(ref).decode(), source), source)
