@@ -11,11 +11,15 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: experiments.*
 
 from evosteer_core.infra.seeding import numpy_rng, torch_generator
 from evosteer_core.policy.backbone import PolicyConfig, load_policy
@@ -24,7 +28,7 @@ from evosteer_core.policy.encode import encode_h_rho
 from evosteer_core.policy.render import render_compact
 from evosteer_core.policy.sampling import sample_actions
 from evosteer_core.policy.scoring import score_actions
-from evosteer_core.policy.vocabulary import random_public_state
+from experiments.vocabulary import random_public_state
 
 
 def timed(fn: Callable[[], object], repeats: int) -> tuple[float, object]:

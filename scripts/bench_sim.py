@@ -15,14 +15,14 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: experiments.*
+
 from evosteer_core.benchmarks.rewards import evaluate
 from evosteer_core.episode.budget import BudgetLimits
 from evosteer_core.episode.roles import default_catalogue
 from evosteer_core.episode.runtime import Episode
 from evosteer_core.sim import SimExecutor, make_sim_suite
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from sim_paradigms import chain, single  # noqa: E402
+from experiments.sim_paradigms import chain, single
 
 
 def _episodes(paradigm, tasks, executor, catalogue, limits) -> list[Episode]:

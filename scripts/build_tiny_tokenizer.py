@@ -8,15 +8,18 @@ prompts (both renderers) of seeded synthetic public states. Usage:
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import numpy as np
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: experiments.*
+
 from evosteer_core.policy.render import SYSTEM_COMPACT, SYSTEM_FULL, render_compact, render_full
 from evosteer_core.policy.tokenizer import EOS_TOKEN, PAD_TOKEN, TINY_TOKENIZER_DIR
-from evosteer_core.policy.vocabulary import random_public_state
+from experiments.vocabulary import random_public_state
 
 
 def corpus(states: int, seed: int) -> list[str]:

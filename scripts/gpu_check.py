@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import tempfile
 import time
 import traceback
@@ -19,14 +20,17 @@ from pathlib import Path
 import numpy as np
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: experiments.*
+
 from evosteer_core.infra.config import load_config
 from evosteer_core.policy.backbone import PolicyConfig, load_policy
 from evosteer_core.policy.encode import encode_h_rho
 from evosteer_core.policy.render import render_compact
 from evosteer_core.policy.sampling import sample_actions
 from evosteer_core.policy.scoring import score_actions
-from evosteer_core.policy.vocabulary import random_legal_set, random_public_state
-from evosteer_core.training.step import init_state, open_session, train_step
+from evosteer_core.training.loop import train_step
+from evosteer_core.training.session import init_state, open_session
+from experiments.vocabulary import random_legal_set, random_public_state
 
 
 def _sync(device: str) -> None:

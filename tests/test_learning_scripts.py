@@ -37,7 +37,7 @@ def _run(*args: str) -> str:
 def test_learning_curve_prints_curve_tilt_and_saves_plot(tmp_path: Path) -> None:
     png, raw = tmp_path / "curve.png", tmp_path / "curve.json"
     out = _run(
-        "scripts/learning_curve.py",
+        "experiments/learning_curve.py",
         *("--steps", "1", "--batch", "2", "--rollouts", "1", "--seeds", "5"),
         *("--eval-every", "1", "--eval-runs", "1", "--heldout", "1", "--threads", "2"),
         *("--png", str(png), "--json", str(raw), "--save-state", str(tmp_path)),
@@ -60,7 +60,7 @@ def test_learning_curve_prints_curve_tilt_and_saves_plot(tmp_path: Path) -> None
 
 def test_tilt_ceiling_prints_the_a6_table() -> None:
     out = _run(
-        "scripts/tilt_ceiling.py",
+        "experiments/tilt_ceiling.py",
         *("--heldout", "1", "--rollouts", "2", "--replays", "2", "--betas", "2"),
     )
     assert "| family | μ (replayed) | Var_ρ(p) | gain β=2 |" in out
@@ -69,7 +69,7 @@ def test_tilt_ceiling_prints_the_a6_table() -> None:
 
 def test_capacity_probe_reports_held_out_and_in_sample_tilt() -> None:
     out = _run(
-        "scripts/capacity_probe.py",
+        "experiments/capacity_probe.py",
         *("--runs", "2", "--epochs", "1", "--heldout", "1", "--eval-runs", "1"),
         *("--set", "sim.n_train_per_family=2"),
     )
@@ -80,7 +80,7 @@ def test_capacity_probe_reports_held_out_and_in_sample_tilt() -> None:
 
 def test_pretrained_tiny_backbone_loads_as_a_policy_folder(tmp_path: Path) -> None:
     folder = tmp_path / "tiny-lm"
-    out = _run("scripts/pretrain_tiny.py", str(folder), "--episodes", "1", "--epochs", "1")
+    out = _run("experiments/pretrain_tiny.py", str(folder), "--episodes", "1", "--epochs", "1")
     assert "epoch 1: mean token NLL" in out
     policy = load_policy(PolicyConfig(backbone=str(folder), lora_r=4, lora_alpha=8.0))
     fresh = AutoModelForCausalLM.from_pretrained(
@@ -93,7 +93,7 @@ def test_pretrained_tiny_backbone_loads_as_a_policy_folder(tmp_path: Path) -> No
 
 
 def test_paired_difference_pairs_by_record_and_run_and_matches_a_paired_t_test() -> None:
-    spec = importlib.util.spec_from_file_location("lc", ROOT / "scripts" / "learning_curve.py")
+    spec = importlib.util.spec_from_file_location("lc", ROOT / "experiments" / "learning_curve.py")
     lc = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(lc)
     rng = np.random.default_rng(0)

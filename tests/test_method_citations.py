@@ -24,7 +24,7 @@ SCANNED = (
     "README.md",
 )
 SKIPPED_DIRS = {".venv", "__pycache__", ".git", "learning"}
-"""``learning``: the raw files of the learning runs (docs/learning/), not prose."""
+"""``learning``: the raw files of the learning runs (experiments/results/learning/), not prose."""
 
 REQUIRED = {"1", "2"} | {f"1.{k}" for k in range(1, 11)} | {f"2.{k}" for k in range(1, 5)}
 """Sections whose numbers the code cites: §1.1–1.10 (EvoSteer), §2.1–2.4 (CollabFlow)."""

@@ -8,6 +8,12 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from objective_oracle import (
+    span_coefficients_loop,
+    span_incidence,
+    span_loss_loop,
+    span_loss_matrix,
+)
 
 from evosteer_core.objectives import (
     AnchorTB,
@@ -18,12 +24,6 @@ from evosteer_core.objectives import (
     objective_names,
     register_objective,
     trajectory_losses,
-)
-from evosteer_core.objectives.explicit import (
-    span_coefficients_loop,
-    span_incidence,
-    span_loss_loop,
-    span_loss_matrix,
 )
 
 BETA = 2.0

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from objective_oracle import span_loss_loop
 
 from evosteer_core.objectives import AnchorTB, ScoredTrajectory, collate, trajectory_losses
-from evosteer_core.objectives.explicit import span_loss_loop
 
 
 def trajectory(n: int, seed: int, **extra) -> ScoredTrajectory:

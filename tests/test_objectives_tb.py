@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from objective_oracle import span_loss_loop
 
 from evosteer_core.objectives import (
     ScoredTrajectory,
@@ -11,7 +12,6 @@ from evosteer_core.objectives import (
     build_objective,
     collate,
 )
-from evosteer_core.objectives.explicit import span_loss_loop
 
 
 def scored(lengths: list[int], seed: int) -> list[ScoredTrajectory]:

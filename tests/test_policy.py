@@ -11,7 +11,6 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from evosteer_core.evaluation.tilt import trajectory_log_ratios
 from evosteer_core.infra.seeding import derive_seed, numpy_rng, torch_generator
 from evosteer_core.policy.backbone import Policy, PolicyConfig, load_policy, tiny_model_folder
 from evosteer_core.policy.encode import encode_h_rho
@@ -21,7 +20,8 @@ from evosteer_core.policy.sampling import sample_actions
 from evosteer_core.policy.scoring import score_actions, score_and_encode_rho
 from evosteer_core.policy.tokenizer import TokenizationError
 from evosteer_core.policy.trie import ActionTrie
-from evosteer_core.policy.vocabulary import random_legal_set, random_public_state
+from experiments.tilt import trajectory_log_ratios
+from experiments.vocabulary import random_legal_set, random_public_state
 
 LORA_R = 8
 MAX_PROMPT = 96

@@ -18,7 +18,7 @@ from evosteer_core.policy.render import (
     render_full,
 )
 from evosteer_core.policy.tokenizer import PolicyTokenizer, load_tiny_tokenizer
-from evosteer_core.policy.vocabulary import random_public_state
+from experiments.vocabulary import random_public_state
 
 
 def _state(seed: int) -> dict:

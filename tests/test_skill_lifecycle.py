@@ -7,15 +7,15 @@ import pytest
 from evosteer_core.episode.records import FAMILIES
 from evosteer_core.sim.skills import LATENT_SKILLS
 from evosteer_core.skills.library import SkillLibrary
-from evosteer_core.skills.lifecycle import (
+from evosteer_core.skills.pairs import PairCounts
+from evosteer_core.skills.sequential import TestLedger
+from evosteer_core.skills.skill import Skill
+from experiments.lifecycle import (
     admit_all,
     format_lifecycle,
     lifecycle_rows,
     validated_only,
 )
-from evosteer_core.skills.pairs import PairCounts
-from evosteer_core.skills.sequential import TestLedger
-from evosteer_core.skills.skill import Skill
 
 
 def latent(i: int, family: str) -> Skill:

@@ -1,4 +1,5 @@
-"""The learned-tilt report (evosteer_core.evaluation.tilt) against independent computations."""
+"""The AUC (evosteer_core.evaluation.ranking) and the learned-tilt report (experiments/tilt.py)
+against independent computations."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ import numpy as np
 import pytest
 from scipy.stats import mannwhitneyu
 
-from evosteer_core.evaluation.tilt import (
-    auc,
+from evosteer_core.evaluation.ranking import auc
+from experiments.tilt import (
     reweighted_gain,
     success_variance,
     tilt_gain,

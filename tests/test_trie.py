@@ -9,7 +9,7 @@ from transformers import PreTrainedTokenizerFast
 from evosteer_core.infra.seeding import numpy_rng
 from evosteer_core.policy.tokenizer import PolicyTokenizer, TokenizationError, load_tiny_tokenizer
 from evosteer_core.policy.trie import ActionTrie
-from evosteer_core.policy.vocabulary import random_legal_set
+from experiments.vocabulary import random_legal_set
 
 
 @pytest.fixture(scope="module")

@@ -1,1 +1,1 @@
-"""Evaluation: score tables and tilt diagnostics."""
+"""Evaluation: score tables and the AUC rank statistic."""

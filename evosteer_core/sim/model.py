@@ -1,7 +1,7 @@
 """Parameters of the SIMULATED executor's generative model (documented in docs/sim.md).
 
 Every number here is a design choice of the simulation, tuned so that orchestration matters
-(``scripts/sim_paradigms.py``); none is measured from a real model. Competences are logits
+(``experiments/sim_paradigms.py``); none is measured from a real model. Competences are logits
 at mid difficulty: a node's own attempt succeeds with probability
 ``sigmoid(competence[role] - slope * (difficulty - 0.5) + bonuses)``.
 """

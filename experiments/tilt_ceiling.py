@@ -14,21 +14,25 @@ decision cost), removes the binomial noise of the estimate from the variance, an
 per-family and mean bound for several β. Open-loop replay approximates p(τ) of an adaptive
 policy; an action that is illegal in a replay ends it with the runtime's finalizing actions.
 
-Usage: python scripts/tilt_ceiling.py [--heldout 16] [--rollouts 4] [--replays 8] [--betas 2 4 8]
+Usage: python experiments/tilt_ceiling.py [--heldout 16] [--rollouts 4] [--replays 8] [--betas 2 4 8]
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
 import numpy as np
-from probe_session import add_session_options, untrained_session
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: experiments.*
 
 from evosteer_core.episode.actions import Action
 from evosteer_core.episode.rollout import EpisodePlan
 from evosteer_core.episode.runtime import DecisionCharge, Episode
-from evosteer_core.evaluation.tilt import success_variance, tilt_gain
-from evosteer_core.training.step import evaluation_rollouts
+from evosteer_core.evaluation.rollouts import evaluation_rollouts
+from experiments.probe_session import add_session_options, untrained_session
+from experiments.tilt import success_variance, tilt_gain
 
 
 def sampled_cost(s, prompt: str, action_tokens: int) -> DecisionCharge:

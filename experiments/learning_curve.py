@@ -1,6 +1,6 @@
 """Learning curve of the tiny-sim run: held-out reward of π_θ vs ρ, loss vs the anchor-only level.
 
-Usage: python scripts/learning_curve.py [--steps 60] [--batch 16] [--seeds 42 43 44]
+Usage: python experiments/learning_curve.py [--steps 60] [--batch 16] [--seeds 42 43 44]
            [--eval-every 10] [--heldout 16] [--device cpu] [--lr 1e-3]
            [--png docs/learning_curve.png] [--json FILE] [--from-json FILE ...]
            [--mode-temperature 0.5] [--set sim.orchestration_effect=5 ...]
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -26,19 +27,18 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import torch  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: experiments.*
+
 from evosteer_core.episode.world import build_world  # noqa: E402
-from evosteer_core.evaluation.tilt import (  # noqa: E402
+from evosteer_core.evaluation.rollouts import evaluation_rollouts  # noqa: E402
+from evosteer_core.infra.config import load_config  # noqa: E402
+from evosteer_core.infra.configio import parse_override  # noqa: E402
+from evosteer_core.training.loop import train_step  # noqa: E402
+from evosteer_core.training.session import init_state, open_session  # noqa: E402
+from experiments.tilt import (  # noqa: E402
     reweighted_gain,
     tilt_report,
     trajectory_log_ratios,
-)
-from evosteer_core.infra.config import load_config  # noqa: E402
-from evosteer_core.infra.configio import parse_override  # noqa: E402
-from evosteer_core.training.step import (  # noqa: E402
-    evaluation_rollouts,
-    init_state,
-    open_session,
-    train_step,
 )
 
 

@@ -5,23 +5,27 @@ RL signal out of the question: it samples ``--runs`` ρ trajectories per trainin
 the successful ones, and fits the adapter by maximum likelihood on their sampled decisions
 (success-filtered behaviour cloning, ``--epochs`` passes, Adam). It then reports, on the
 held-out tasks, θ's mean reward against the untrained policy's (same seeds) and the tilt AUC
-of Σ Δℓ on ρ's held-out trajectories (`evosteer_core.evaluation.tilt`). If even this does not lift the
+of Σ Δℓ on ρ's held-out trajectories (`experiments/tilt.py`). If even this does not lift the
 held-out reward, the backbone's state features are the bottleneck, not the objective.
 
-Usage: python scripts/capacity_probe.py [--runs 8] [--epochs 4] [--lr 1e-3] [--heldout 16]
+Usage: python experiments/capacity_probe.py [--runs 8] [--epochs 4] [--lr 1e-3] [--heldout 16]
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
-from probe_session import add_session_options, untrained_session
 
-from evosteer_core.evaluation.tilt import tilt_report, trajectory_log_ratios
-from evosteer_core.training.step import evaluation_rollouts
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: experiments.*
+
+from evosteer_core.evaluation.rollouts import evaluation_rollouts
+from experiments.probe_session import add_session_options, untrained_session
+from experiments.tilt import tilt_report, trajectory_log_ratios
 
 
 def main() -> None:

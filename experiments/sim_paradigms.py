@@ -11,7 +11,7 @@ output node until STOP is legal. Every paradigm runs a task under the same episo
 node n0's first execution is the same draw in all of them (common random numbers): the
 differences between rows come from orchestration, not from sampling noise in n0.
 
-Usage: python scripts/sim_paradigms.py [--n 200] [--seed 0] [--split train]
+Usage: python experiments/sim_paradigms.py [--n 200] [--seed 0] [--split train]
 """
 
 from __future__ import annotations

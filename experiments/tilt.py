@@ -16,20 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from evosteer_core.evaluation.ranking import auc
 from evosteer_core.policy.orchestrator import Orchestrator
-
-
-def auc(scores: Sequence[float], labels: Sequence[int]) -> float:
-    """Mann–Whitney AUC P(score of a positive > score of a negative), ties 1/2; NaN when one
-    class is absent."""
-    s = np.asarray(scores, dtype=float)
-    y = np.asarray(labels, dtype=bool)
-    pos, neg = s[y], s[~y]
-    if not len(pos) or not len(neg):
-        return float("nan")
-    greater = (pos[:, None] > neg[None, :]).sum()
-    ties = (pos[:, None] == neg[None, :]).sum()
-    return float((greater + 0.5 * ties) / (len(pos) * len(neg)))
 
 
 def trajectory_log_ratios(policy: Orchestrator, decisions: pd.DataFrame) -> pd.Series:

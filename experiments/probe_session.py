@@ -9,7 +9,7 @@ import torch
 
 from evosteer_core.infra.config import load_config
 from evosteer_core.infra.configio import parse_override
-from evosteer_core.training.step import Session, init_state, open_session
+from evosteer_core.training.session import Session, init_state, open_session
 
 
 def add_session_options(p: argparse.ArgumentParser) -> None:

@@ -1,6 +1,6 @@
 """Skill lifecycle of a tiny-sim training run with skills on, and the admission gain.
 
-Usage: python scripts/skill_lifecycle.py [--steps 8] [--batch 24] [--rollouts 1] [--seed 42]
+Usage: python experiments/skill_lifecycle.py [--steps 8] [--batch 24] [--rollouts 1] [--seed 42]
            [--warmup 2] [--heldout 8] [--eval-runs 1]
 Everything here is SIMULATED (sim executor, seeded sim author). Prints per step the skill
 counts and the alpha spent, then the lifecycle table (proposed / validated / retired steps,
@@ -15,28 +15,28 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: experiments.*
+
 from evosteer_core.episode.records import FAMILIES
 from evosteer_core.episode.world import build_world
+from evosteer_core.evaluation.rollouts import evaluate_policy
 from evosteer_core.infra.config import load_config
 from evosteer_core.sim.skills import skill_effect
 from evosteer_core.skills.library import SkillLibrary
-from evosteer_core.skills.lifecycle import (
+from evosteer_core.training.loop import train_step
+from evosteer_core.training.session import Session, init_state, open_session
+from experiments.lifecycle import (
     admit_all,
     format_lifecycle,
     lifecycle_rows,
     validated_only,
-)
-from evosteer_core.training.step import (
-    Session,
-    evaluate_policy,
-    init_state,
-    open_session,
-    train_step,
 )
 
 

@@ -8,7 +8,7 @@ split, tiny-sim budget, orchestrator tokens charged), and saves a normal HF fold
 ``policy.backbone: <folder>``, its ρ behaves roughly like the random legal policy (high
 Var_ρ(p), docs/learning.md) but its features describe the state. SIMULATED data only.
 
-Usage: python scripts/pretrain_tiny.py OUT_DIR [--episodes 200] [--epochs 2] [--lr 1e-3]
+Usage: python experiments/pretrain_tiny.py OUT_DIR [--episodes 200] [--epochs 2] [--lr 1e-3]
 """
 
 from __future__ import annotations
