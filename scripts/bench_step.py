@@ -16,16 +16,15 @@ import time
 import torch
 
 from evosteer_core.infra.config import load_config
-from evosteer_core.training.step import (
+from evosteer_core.training.session import init_state, open_session
+from evosteer_core.training.stages import (
     checkpoint_stage,
-    init_state,
-    open_session,
     rescore_stage,
     rollout_stage,
-    update_stage,
     validation_stage,
     value_stage,
 )
+from evosteer_core.training.update import update_stage
 
 
 def main() -> None:
@@ -56,17 +55,16 @@ def main() -> None:
         times[name] = time.perf_counter() - t
         return out
 
-    trajectories, decisions = timed("rollout", rollout_stage, s, args.step)
+    rollouts = timed("rollout", rollout_stage, s, args.step)
+    trajectories, decisions = rollouts.trajectories, rollouts.decisions
     rescored = timed("rescore", rescore_stage, s, decisions)
-    v = timed("value_fit", value_stage, s, trajectories, decisions, rescored, state.value_window)
-    upd = timed(
-        "anchortb_update", update_stage, s, trajectories, decisions, rescored, state.actor_optimizer
-    )
-    skills, _ = timed("validation_round", validation_stage, s, trajectories, decisions, args.step)
+    value = timed("value", value_stage, s, rollouts, rescored, state.value_window)
+    upd = timed("update", update_stage, s, rollouts, rescored, state.actor_optimizer)
+    validation = timed("validation", validation_stage, s, rollouts, args.step)
     timed(
         "checkpoint",
         lambda: checkpoint_stage(
-            state, args.step, *v[:3], upd, skills, seed=cfg.train.seed
+            state, args.step, value, upd, validation, seed=cfg.train.seed
         ).to_bytes(),
     )
     step_total = sum(t for k, t in times.items() if k != "setup")

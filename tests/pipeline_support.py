@@ -10,7 +10,7 @@ import pytest
 from flytekit.core.local_cache import LocalTaskCache
 
 from evosteer_core.infra.config import RunConfig, load_config
-from evosteer_core.training import step as core
+from evosteer_core.pipeline import stage_io
 
 SMALL = {
     "train.batch_size": 6,
@@ -46,11 +46,12 @@ def isolate_flyte_cache(mp: pytest.MonkeyPatch, home: Path) -> None:
 
 
 def count_stage_calls(mp: pytest.MonkeyPatch) -> Counter:
-    """Wrap the core stages so that each real (non-cached) execution is counted by step."""
+    """Wrap the core stages (as the stage table calls them) so that each real (non-cached)
+    execution is counted by step."""
     calls: Counter = Counter()
 
     def wrap(name):
-        original = getattr(core, name)
+        original = getattr(stage_io, name)
 
         def counted(*args, **kwargs):
             step = kwargs.get("step", next((a for a in args[1:] if isinstance(a, int)), None))
@@ -60,5 +61,5 @@ def count_stage_calls(mp: pytest.MonkeyPatch) -> Counter:
         return counted
 
     for name in STAGES:
-        mp.setattr(core, name, wrap(name))
+        mp.setattr(stage_io, name, wrap(name))
     return calls

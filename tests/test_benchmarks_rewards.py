@@ -97,8 +97,10 @@ def test_evaluation_rollouts_never_use_the_training_leniency(monkeypatch, lenien
     rollouts (the held-out and benchmark scores) still score with official EM."""
     import torch
 
+    from evosteer_core.evaluation import rollouts as evaluation
     from evosteer_core.infra.config import load_config
-    from evosteer_core.training import step
+    from evosteer_core.training import stages
+    from evosteer_core.training.session import init_state, open_session
 
     torch.set_num_threads(1)
     cfg = load_config(
@@ -110,16 +112,17 @@ def test_evaluation_rollouts_never_use_the_training_leniency(monkeypatch, lenien
             "sim.n_heldout_per_family": 1,
         },
     )
-    s = step.open_session(cfg, step.init_state(cfg))
+    s = open_session(cfg, init_state(cfg))
     contexts = {}
 
     def capture(policy, plans, ctx):
         contexts[plans[0].evaluation] = ctx
         return None, None
 
-    monkeypatch.setattr(step, "collect_rollouts", capture)
-    step.rollout_stage(s, 1)
-    step.evaluation_rollouts(s, s.world.heldout_records[:1], use_adapter=True)
+    monkeypatch.setattr(stages, "collect_rollouts", capture)
+    monkeypatch.setattr(evaluation, "collect_rollouts", capture)
+    stages.rollout_stage(s, 1)
+    evaluation.evaluation_rollouts(s, s.world.heldout_records[:1], use_adapter=True)
     assert contexts[False].evaluator(YES, LENIENT_REPLY, None) == float(lenient)
     assert contexts[True].evaluator(YES, LENIENT_REPLY, None) == 0.0
     assert contexts[True].evaluator(YES, "answer: yes", None) == 1.0

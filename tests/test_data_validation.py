@@ -12,7 +12,7 @@ from pipeline_support import count_stage_calls, isolate_flyte_cache, small_confi
 
 from evosteer_core.benchmarks import BenchmarkDataError
 from evosteer_core.infra.configio import ConfigError, InputError
-from evosteer_core.training import step as core
+from evosteer_core.pipeline import stage_io as core
 from evosteer_flyte.workflows.train import train
 
 DATA = Path(__file__).parent / "data" / "benchmarks"

@@ -35,17 +35,10 @@ from evosteer_flyte.workflows.train import train
 REPO = Path(__file__).resolve().parents[1]
 SETS = [arg for k, v in SMALL.items() for arg in ("--set", f"{k}={v}")]
 
-BOUNDARIES = (
-    "rollout_artifacts",
-    "rescore_artifacts",
-    "value_artifacts",
-    "update_artifacts",
-    "validation_artifacts",
-    "checkpoint_artifacts",
-    "record",
-)
-"""Step 2's tasks in workflow order, by the function each enters first: the stage_io function
-of each stage task, and ``RunIndex.record`` for ``record_step`` (before it records anything)."""
+BOUNDARIES = ("rollout", "rescore", "value", "update", "validation", "checkpoint", "record")
+"""Step 2's tasks in workflow order, by what each enters first: ``stage_io.run_stage`` of its
+stage for each stage task, and ``RunIndex.record`` for ``record_step`` (before it records
+anything)."""
 
 KILLING_TRAINS = r"""
 import json, os, signal, sys
@@ -55,9 +48,9 @@ from evosteer_flyte.cli import main  # the slow imports, once: every train is fo
 
 out_dir, kill_points, argv = sys.argv[1], sys.argv[2].split(","), sys.argv[3:]
 
-def boundary(name, original, step_of, log, kill_at):
+def boundary(name_of, original, step_of, log, kill_at):
     def entered(*args, **kwargs):
-        step = step_of(args)
+        name, step = name_of(args), step_of(args)
         with open(log, "a") as f:
             f.write(f"{name} {step}\n")
         if name == kill_at and step == 2:
@@ -67,9 +60,8 @@ def boundary(name, original, step_of, log, kill_at):
 
 def train(i, kill_at):
     log = os.path.join(out_dir, f"{i}.log")
-    for name in STAGE_FUNCTIONS:
-        setattr(stage_io, name, boundary(name, getattr(stage_io, name), lambda a: a[3], log, kill_at))
-    RunIndex.record = boundary("record", RunIndex.record, lambda a: a[1], log, kill_at)
+    stage_io.run_stage = boundary(lambda a: a[2], stage_io.run_stage, lambda a: a[4], log, kill_at)
+    RunIndex.record = boundary(lambda a: "record", RunIndex.record, lambda a: a[1], log, kill_at)
     with open(os.path.join(out_dir, f"{i}.out"), "w") as out:
         os.dup2(out.fileno(), 1)
         os.dup2(out.fileno(), 2)
@@ -82,7 +74,7 @@ for i, kill_at in enumerate(kill_points):
         train(i, kill_at)
     codes.append(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
 print(json.dumps(codes))
-""".replace("STAGE_FUNCTIONS", repr(BOUNDARIES[:-1]))
+"""
 """Run ``evosteer train ARGV`` once per kill point, one after another, each in a process forked
 after the imports: it logs every task boundary it enters (``name step``, to ``I.log``; its
 output goes to ``I.out``) and SIGKILLs itself on entering its kill point in step 2 (``-``:
@@ -210,22 +202,22 @@ def test_s3_stall_then_recovery_is_bit_identical(uninterrupted, tmp_path, monkey
                 "tracking.artifact_location": "s3://stall/mlartifacts",
             },
         )
-        original = stage_io.rescore_artifacts
+        original = stage_io.run_stage
         stalled: list[float] = []
 
-        def stall_then_rescore(cfg, io_, state, step, *args):
-            if step != 2:
-                return original(cfg, io_, state, step, *args)
+        def stall_then_rescore(cfg, io_, name, state, step, *args):
+            if (name, step) != ("rescore", 2):
+                return original(cfg, io_, name, state, step, *args)
             os.kill(server.pid, signal.SIGSTOP)
             assert _wait_stopped(server.pid)  # really stopped
             threading.Timer(STALL_S, os.kill, (server.pid, signal.SIGCONT)).start()
             started = time.monotonic()
             try:
-                return original(cfg, io_, state, step, *args)  # its first read waits
+                return original(cfg, io_, name, state, step, *args)  # its first read waits
             finally:
                 stalled.append(time.monotonic() - started)
 
-        monkeypatch.setattr(stage_io, "rescore_artifacts", stall_then_rescore)
+        monkeypatch.setattr(stage_io, "run_stage", stall_then_rescore)
         try:
             out = train(config_yaml=cfg.to_yaml(), steps=2)
         finally:

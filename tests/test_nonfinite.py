@@ -13,16 +13,11 @@ import torch
 
 from evosteer_core.infra.config import load_config
 from evosteer_core.infra.schemas import validate_rescored
+from evosteer_core.training.results import Rescored, Validation, ValueFit
+from evosteer_core.training.session import init_state, open_session
+from evosteer_core.training.stages import checkpoint_stage, rescore_stage, rollout_stage
 from evosteer_core.training.state import TrainState
-from evosteer_core.training.step import (
-    NonFiniteStepsError,
-    checkpoint_stage,
-    init_state,
-    open_session,
-    rescore_stage,
-    rollout_stage,
-    update_stage,
-)
+from evosteer_core.training.update import NonFiniteStepsError, update_stage
 
 SMALL = {
     "train.batch_size": 6,
@@ -42,13 +37,14 @@ def step_one():
     cfg = load_config(None, overrides=SMALL)
     state = init_state(cfg)
     s = open_session(cfg, state)
-    trajectories, decisions = rollout_stage(s, step=1)
-    return cfg, state, trajectories, decisions, rescore_stage(s, decisions)
+    rollouts = rollout_stage(s, step=1)
+    return cfg, state, rollouts, rescore_stage(s, rollouts.decisions).table
 
 
 def _with_logp(step_one, value: float):
     """The rescored table with ℓ_θ of one decision of a scored trajectory set to ``value``."""
-    _, _, trajectories, decisions, rescored = step_one
+    _, _, rollouts, rescored = step_one
+    trajectories, decisions = rollouts.trajectories, rollouts.decisions
     ok = trajectories[trajectories["healthy"] & trajectories["complete"]]["traj_id"]
     row = decisions.index[decisions["traj_id"].isin(ok)][0]
     out = rescored.copy()
@@ -57,10 +53,10 @@ def _with_logp(step_one, value: float):
 
 
 def _update(step_one, rescored, cfg=None, before: int = 0):
-    cfg0, state, trajectories, decisions, _ = step_one
+    cfg0, state, rollouts, _ = step_one
     s = open_session(cfg or cfg0, state)
     return update_stage(
-        s, trajectories, decisions, rescored, state.actor_optimizer, nonfinite_steps=before
+        s, rollouts, Rescored(rescored), state.actor_optimizer, nonfinite_steps=before
     )
 
 
@@ -76,30 +72,29 @@ def _same(a, b) -> bool:
 
 
 def test_a_finite_step_updates_and_records_no_skip(step_one):
-    _, state, _, _, rescored = step_one
+    _, state, _, rescored = step_one
     upd = _update(step_one, rescored)
-    assert upd["metrics"]["nonfinite_skipped"] == 0.0 and upd["nonfinite_steps"] == 0
-    assert math.isfinite(upd["metrics"]["loss"]) and math.isfinite(upd["metrics"]["grad_norm"])
-    assert not _same(upd["adapter"], state.adapter)
+    assert upd.metrics["nonfinite_skipped"] == 0.0 and upd.nonfinite_steps == 0
+    assert math.isfinite(upd.metrics["loss"]) and math.isfinite(upd.metrics["grad_norm"])
+    assert not _same(upd.adapter, state.adapter)
 
 
 @pytest.mark.parametrize("huge", [-1e25, -1e300], ids=["loss-overflows", "beyond-float32"])
 def test_a_huge_finite_delta_skips_the_update_and_leaves_the_state_untouched(step_one, huge):
     """Δℓ = -1e25 squares past float32 (loss = inf); -1e300 is beyond float32 altogether."""
-    _, state, _, _, _ = step_one
+    _, state, _, _ = step_one
     upd = _update(step_one, _with_logp(step_one, huge))
-    metrics = upd["metrics"]
+    metrics = upd.metrics
     assert not math.isfinite(metrics["loss"]) or not math.isfinite(metrics["grad_norm"])
     assert metrics["nonfinite_skipped"] == 1.0 and metrics["nonfinite_steps"] == 1.0
-    assert upd["nonfinite_steps"] == 1
-    assert _same(upd["adapter"], state.adapter)
-    assert _same(upd["flow_head"], state.flow_head)
-    assert _same(upd["actor_optimizer"], state.actor_optimizer)
+    assert upd.nonfinite_steps == 1
+    assert _same(upd.adapter, state.adapter)
+    assert _same(upd.flow_head, state.flow_head)
+    assert _same(upd.actor_optimizer, state.actor_optimizer)
     # the measured statistics are recorded all the same (they do not depend on Δℓ)
-    assert upd["pool"] != state.pool
-    nxt = checkpoint_stage(
-        state, 1, state.value_head, state.outcome_heads, [], upd, state.skills, seed=42
-    )
+    assert upd.pool != state.pool
+    value = ValueFit(state.value_head, state.outcome_heads, [], {})
+    nxt = checkpoint_stage(state, 1, value, upd, Validation(state.skills, {}), seed=42)
     assert TrainState.from_bytes(nxt.to_bytes()).nonfinite_steps == 1
 
 
@@ -107,7 +102,7 @@ def test_past_the_limit_the_run_stops_naming_the_step_and_the_key(step_one):
     cfg, *_ = step_one
     bad = _with_logp(step_one, -1e25)
     limit = cfg.train.max_nonfinite_steps
-    assert _update(step_one, bad, before=limit - 1)["nonfinite_steps"] == limit
+    assert _update(step_one, bad, before=limit - 1).nonfinite_steps == limit
     with pytest.raises(NonFiniteStepsError, match=r"^step 1: non-finite loss .*") as info:
         _update(step_one, bad, before=limit)
     assert f"train.max_nonfinite_steps = {limit}" in str(info.value)
@@ -118,9 +113,9 @@ def test_past_the_limit_the_run_stops_naming_the_step_and_the_key(step_one):
 
 @pytest.mark.parametrize("value", [-np.inf, np.nan], ids=["-inf", "nan"])
 def test_the_rescored_schema_requires_finite_log_probs(step_one, value):
-    _, _, _, decisions, _ = step_one
+    _, _, rollouts, _ = step_one
     with pytest.raises(pa.errors.SchemaErrors, match="logp_theta"):
-        validate_rescored(decisions, _with_logp(step_one, value))
+        validate_rescored(rollouts.decisions, _with_logp(step_one, value))
 
 
 def test_max_nonfinite_steps_is_a_checked_config_key():
@@ -136,21 +131,22 @@ def test_the_count_is_carried_in_the_state_and_the_next_one_stops_the_run(step_o
     from evosteer_core.infra.artifacts import open_store
     from evosteer_core.pipeline import stage_io
 
-    _, state, trajectories, decisions, _ = step_one
+    _, state, rollouts, _ = step_one
     cfg = load_config(None, overrides={**SMALL, "train.max_nonfinite_steps": 1})
     io_ = stage_io.StepStore(open_store(str(tmp_path / "store")))
-    tables = (
-        io_.put_table(trajectories, "trajectories"),
-        io_.put_table(decisions, "decisions"),
-        io_.put_table(_with_logp(step_one, -1e25), "rescored"),
-    )
+    tables = {
+        "trajectories": io_.put_table(rollouts.trajectories, "trajectories"),
+        "decisions": io_.put_table(rollouts.decisions, "decisions"),
+        "rescored": io_.put_table(_with_logp(step_one, -1e25), "rescored"),
+    }
     heads = {"value_head": state.value_head, "outcome_heads": state.outcome_heads}
     value = io_.put_object({**heads, "window": [], "metrics": {}}, "value.pt")
     skills = io_.put_object({"skills": state.skills, "metrics": {}}, "skills.pt")
     before = io_.put_state(state)
-    update = stage_io.update_artifacts(cfg, io_, before, 1, *tables)
+    (update,) = stage_io.run_stage(cfg, io_, "update", before, 1, tables).values()
     assert io_.get_object(update)["metrics"]["nonfinite_skipped"] == 1.0
-    after = stage_io.checkpoint_artifacts(cfg, io_, before, 1, value, update, skills)
+    written = {"value": value, "update": update, "skills": skills}
+    after = stage_io.run_stage(cfg, io_, "checkpoint", before, 1, written)["state"]
     assert io_.get_state(after).nonfinite_steps == 1
     with pytest.raises(NonFiniteStepsError, match=r"^step 1: .* 2 such steps in this run exceed"):
-        stage_io.update_artifacts(cfg, io_, after, 2, *tables)
+        stage_io.run_stage(cfg, io_, "update", after, 2, tables)

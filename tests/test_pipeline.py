@@ -12,8 +12,8 @@ from pipeline_support import SMALL, count_stage_calls, isolate_flyte_cache, smal
 from evosteer_core.infra.artifacts import RunIndex, object_key, open_store
 from evosteer_core.infra.runs import run_id_for
 from evosteer_core.infra.tracking import resolve_tracking
+from evosteer_core.pipeline import stage_io as core
 from evosteer_core.pipeline.stage_io import STEP_ARTIFACTS
-from evosteer_core.training import step as core
 from evosteer_flyte.cli import main as cli_main
 from evosteer_flyte.workflows.train import train
 
@@ -151,10 +151,10 @@ def test_crash_during_step_three_then_resume_is_bit_identical(base_run, tmp_path
     crashed = small_config(tmp_path / "crashed")  # another store: nothing cached for it yet
     original = core.update_stage
 
-    def crash_at_step_three(s, trajectories, *args, **kwargs):
-        if int(trajectories["step"].iloc[0]) == 3:
-            raise RuntimeError("injected failure in anchortb_update at step 3")
-        return original(s, trajectories, *args, **kwargs)
+    def crash_at_step_three(s, rollouts, *args, **kwargs):
+        if int(rollouts.trajectories["step"].iloc[0]) == 3:
+            raise RuntimeError("injected failure in the update stage at step 3")
+        return original(s, rollouts, *args, **kwargs)
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(core, "update_stage", crash_at_step_three)

@@ -30,10 +30,8 @@ R = Resources.ResourceName
 ROOT = Path(__file__).resolve().parents[1]
 PAPER = load_config(ROOT / "configs" / "paper.yaml")
 GPU_TASKS = {
-    "rollout",
+    "gpu_stage",
     "rollout_shard",
-    "rescore",
-    "anchortb_update",
     "evaluate_benchmark",
     "replay_step",
 }
@@ -87,9 +85,7 @@ def test_every_task_serializes_with_its_image_resources_and_accelerator():
     tasks = _all_tasks()
     assert {_short(t.name) for t in tasks} >= GPU_TASKS | {
         "init_run",
-        "fit_value_head",
-        "validation_round",
-        "checkpoint",
+        "cpu_stage",
         "gather_rollouts",
         "record_step",
         "record_init",
@@ -103,15 +99,7 @@ def test_every_task_serializes_with_its_image_resources_and_accelerator():
     for t in tasks:
         spec = get_serializable(OrderedDict(), _settings(), t)
         _check_template(spec.template)
-        if _short(t.name) in {
-            "rollout",
-            "rescore",
-            "fit_value_head",
-            "anchortb_update",
-            "validation_round",
-            "checkpoint",
-            "init_run",
-        }:
+        if _short(t.name) in {"gpu_stage", "cpu_stage", "rollout_shard", "init_run"}:
             assert spec.template.metadata.discoverable, t.name  # cached
             assert spec.template.metadata.discovery_version.startswith("0.1.0-"), t.name
 

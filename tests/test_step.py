@@ -13,16 +13,15 @@ from evosteer_core.infra.config import load_config
 from evosteer_core.sim.skills import LATENT_SKILLS
 from evosteer_core.skills.admission import SkillState
 from evosteer_core.skills.skill import Skill
-from evosteer_core.training.step import (
-    init_state,
-    open_session,
+from evosteer_core.training.loop import train
+from evosteer_core.training.session import init_state, open_session
+from evosteer_core.training.stages import (
     reference_states,
     rescore_stage,
     rollout_stage,
     sample_batch,
-    train,
-    update_stage,
 )
+from evosteer_core.training.update import update_stage
 
 SMALL = {
     "train.batch_size": 6,
@@ -72,7 +71,8 @@ def _with_candidate(cfg, family: str):
 
 def test_pairs_candidate_selectable_in_treatment_never_seen_by_control(cfg):
     s, sid = _with_candidate(cfg, "aime")
-    trajectories, decisions = rollout_stage(s, step=3)
+    rollouts = rollout_stage(s, step=3)
+    trajectories, decisions = rollouts.trajectories, rollouts.decisions
     arms = trajectories.set_index("traj_id")["arm"]
     treat = trajectories[trajectories["arm"] == "pair_treat"]
     assert len(treat) == 1 and (treat["pair_skill"] == sid).all()
@@ -91,16 +91,17 @@ def test_pairs_candidate_selectable_in_treatment_never_seen_by_control(cfg):
 def test_pairs_enter_buckets_but_not_shrinkage_pool(cfg):
     s, _ = _with_candidate(cfg, "aime")
     state = init_state(cfg)
-    trajectories, decisions = rollout_stage(s, step=3)
+    rollouts = rollout_stage(s, step=3)
+    trajectories, decisions = rollouts.trajectories, rollouts.decisions
     rescored = rescore_stage(s, decisions)
-    out = update_stage(s, trajectories, decisions, rescored, state.actor_optimizer)
+    out = update_stage(s, rollouts, rescored, state.actor_optimizer)
     rho = trajectories[(trajectories["arm"] == "rho") & trajectories["healthy"]]
     n_g, _, _ = s.pool.counts("x", "aime")
     assert n_g == len(rho)  # natural reference rollouts only
     paired = trajectories[trajectories["arm"].str.startswith("pair")]
     eligible = pd.concat([rho, paired])
     d = decisions[decisions["traj_id"].isin(eligible["traj_id"])]
-    visits = sum(b["n"] for b in _bucket_counts(out["buckets"]))
+    visits = sum(b["n"] for b in _bucket_counts(out.buckets))
     assert visits == 2 * (len(d) + len(eligible))  # exact + coarse, states + terminals
 
 
@@ -114,7 +115,8 @@ def _bucket_counts(buckets: dict) -> list[dict]:
 
 def test_reference_states_exclude_theta_and_forced_prefix(cfg):
     s, _ = _with_candidate(cfg, "aime")
-    trajectories, decisions = rollout_stage(s, step=3)
+    rollouts = rollout_stage(s, step=3)
+    trajectories, decisions = rollouts.trajectories, rollouts.decisions
     ref = reference_states(trajectories, decisions)
     arm = decisions["traj_id"].map(trajectories.set_index("traj_id")["arm"])
     n_rho = int((arm == "rho").sum())
@@ -144,23 +146,24 @@ def test_skill_state_round_trips(cfg):
 def test_two_pass_actor_gradient_equals_direct_autograd(cfg):
     """Σ_t Γ_t ∇ℓ_θ (micro-batched) equals autograd through the loss with Δℓ = ℓ_θ − ℓ_ρ."""
     from evosteer_core.objectives import build_objective
-    from evosteer_core.training.step import _backprop_actor, _trajectory_batch
+    from evosteer_core.training.update import ScoredBatch
 
     state = init_state(cfg)
     s = open_session(cfg, state)
     with torch.no_grad():  # a non-zero adapter, so that θ ≠ ρ
         for p in s.policy.trainable_parameters():
             p.add_(0.05 * torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())))
-    trajectories, decisions = rollout_stage(s, step=1)
-    rescored = rescore_stage(s, decisions)
+    rollouts = rollout_stage(s, step=1)
+    trajectories, decisions = rollouts.trajectories, rollouts.decisions
+    rescored = rescore_stage(s, decisions).table
     scored = trajectories.set_index("traj_id")
     u = {t: 0.7 for t in scored.index}
     objective = build_objective("anchortb", beta=2.0)
     params = s.policy.trainable_parameters()
 
-    built = _trajectory_batch(s, scored, decisions, rescored, u)
-    objective(built.batch).loss.backward()
-    _backprop_actor(s, built.rows, built.delta.grad, chunk=5)
+    built = ScoredBatch(s, scored, decisions, rescored, u)
+    objective(built.batch()).loss.backward()
+    built.backprop_actor(chunk=5)
     two_pass = [p.grad.clone() for p in params]
 
     for p in params:
@@ -173,13 +176,13 @@ def test_two_pass_actor_gradient_equals_direct_autograd(cfg):
         use_adapter=True,
         requires_grad=True,
     )
-    direct = _trajectory_batch(s, scored, decisions, rescored, u)
+    direct = ScoredBatch(s, scored, decisions, rescored, u).batch()
     delta = theta - torch.tensor(rows["logp_rho"].to_numpy(), dtype=torch.float32)
     pos = {tid: i for i, tid in enumerate(scored.index)}
     r = torch.tensor(rows["traj_id"].map(pos).to_numpy())
     c = torch.tensor(rows["t"].to_numpy())
-    direct.batch.delta_logp = torch.zeros_like(direct.batch.delta_logp).index_put((r, c), delta)
-    objective(direct.batch).loss.backward()
+    direct.delta_logp = torch.zeros_like(direct.delta_logp).index_put((r, c), delta)
+    objective(direct).loss.backward()
     for a, b in zip(two_pass, (p.grad for p in params), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
     assert any(g.abs().sum() > 0 for g in two_pass)
@@ -187,7 +190,7 @@ def test_two_pass_actor_gradient_equals_direct_autograd(cfg):
 
 def test_evaluation_of_theta_and_rho_is_paired(cfg):
     """θ and ρ evaluation episodes share every seed: at initialization (θ = ρ) they coincide."""
-    from evosteer_core.training.step import evaluate_policy
+    from evosteer_core.evaluation.rollouts import evaluate_policy
 
     s = open_session(cfg, init_state(cfg))
     records = s.world.heldout_records[:6]
@@ -196,10 +199,11 @@ def test_evaluation_of_theta_and_rho_is_paired(cfg):
 
 def test_sharded_rollouts_concatenate_to_the_unsharded_tables(cfg):
     s = open_session(cfg, init_state(cfg))
-    whole_t, whole_d = rollout_stage(s, step=2)
+    whole = rollout_stage(s, step=2)
+    whole_t, whole_d = whole.trajectories, whole.decisions
     parts = [rollout_stage(s, step=2, shard=k, n_shards=3) for k in range(3)]
-    t = pd.concat([p[0] for p in parts]).set_index("traj_id").sort_index()
-    d = pd.concat([p[1] for p in parts]).sort_values(["traj_id", "t"]).reset_index(drop=True)
+    t = pd.concat([p.trajectories for p in parts]).set_index("traj_id").sort_index()
+    d = pd.concat([p.decisions for p in parts]).sort_values(["traj_id", "t"]).reset_index(drop=True)
     pd.testing.assert_frame_equal(t, whole_t.set_index("traj_id").sort_index())
     pd.testing.assert_frame_equal(d, whole_d)
     with pytest.raises(ValueError, match="shard 3"):

@@ -31,6 +31,7 @@ from evosteer_core.infra.configio import (
     to_plain,
 )
 from evosteer_core.infra.redact import redact_urls
+from evosteer_core.objectives import objective_names
 
 DEFAULT_PRESET = "tiny-sim.yaml"
 
@@ -255,6 +256,7 @@ class AdamWConfig:
 class TrainConfig:
     """The training loop (Alg. 1, Table 3). ``seed`` is the run seed of every derived draw.
 
+    ``objective``: the registered training objective (``anchortb``, ``tb``; docs/objectives.md).
     ``max_nonfinite_steps``: how many update steps with a non-finite loss or gradient (their
     AdamW step is skipped) a run tolerates; one more stops it (docs/reliability.md).
     """
@@ -273,6 +275,7 @@ class TrainConfig:
     grad_clip: float = 1.0
     value_fit_steps: int = 50
     value_window: int = 4
+    objective: str = "anchortb"
     beta: float = 2.0
     max_nonfinite_steps: int = 3
 
@@ -287,6 +290,11 @@ class TrainConfig:
         )
         _check(self.grad_clip > 0, f"grad_clip: must be > 0, got {self.grad_clip}")
         _check(self.beta > 0, f"beta: must be > 0, got {self.beta}")
+        names = objective_names()
+        _check(
+            self.objective in names,
+            f"objective: expected one of {list(names)}, got {self.objective!r}",
+        )
 
 
 @dataclass(frozen=True)

@@ -7,12 +7,14 @@ from evosteer_core.objectives.anchortb import (
     trajectory_losses,
 )
 from evosteer_core.objectives.base import (
+    GradientSource,
     Objective,
     ObjectiveOutput,
     ScoredTrajectory,
     TrajectoryBatch,
     build_objective,
     collate,
+    objective_from_config,
     objective_names,
     register_objective,
 )
@@ -20,6 +22,7 @@ from evosteer_core.objectives.tb import TrajectoryBalance
 
 __all__ = [
     "AnchorTB",
+    "GradientSource",
     "Objective",
     "ObjectiveOutput",
     "ScoredTrajectory",
@@ -29,6 +32,7 @@ __all__ = [
     "build_objective",
     "collate",
     "implemented_flows",
+    "objective_from_config",
     "objective_names",
     "register_objective",
     "trajectory_losses",

@@ -15,6 +15,8 @@ loss is the mean of L_x over trajectories.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor
 
@@ -95,6 +97,11 @@ class AnchorTB(Objective):
         if not beta >= 0:
             raise ValueError(f"AnchorTB.beta: expected >= 0, got {beta}")
         self.beta = float(beta)
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> AnchorTB:
+        """β is ``train.beta``, the one β of a run (the anchors' R_β uses it too)."""
+        return cls(beta=cfg.train.beta)
 
     def compute(self, batch: TrajectoryBatch) -> ObjectiveOutput:
         flows = implemented_flows(batch, self.beta)

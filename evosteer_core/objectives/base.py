@@ -11,7 +11,7 @@ from __future__ import annotations
 from abc import abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Protocol, TypeVar
 
 import torch
 from torch import Tensor, nn
@@ -220,11 +220,49 @@ class ObjectiveOutput:
     metrics: dict[str, float]
 
 
+class GradientSource(Protocol):
+    """What a training update hands its objective: the padded batch of the step's scored
+    trajectories, and the way from the gradient the loss leaves on Δℓ back to θ.
+
+    The actor enters every objective only through ℓ_θ of the recorded actions, so the update
+    builds Δℓ as a leaf tensor, the loss's gradient with respect to it is Γ_t, and
+    :meth:`backprop_actor` accumulates Σ_t Γ_t ∇_θ ℓ_θ(a_t|s_t) into the actor's gradients
+    (docs/method.md §1.7): one backward pass of the loss, then micro-batched re-scoring.
+    """
+
+    def batch(self) -> TrajectoryBatch:
+        """The batch; ``delta_logp`` comes from a leaf tensor, learned heads keep their graph."""
+        ...
+
+    def backprop_actor(self) -> None:
+        """After ``loss.backward()``: the θ-gradient from the gradient on Δℓ."""
+        ...
+
+
 class Objective(nn.Module):
-    """Base class: subclasses set ``name`` and ``requires`` and implement :meth:`compute`."""
+    """Base class: subclasses set ``name`` and ``requires`` and implement :meth:`compute`.
+
+    :meth:`from_config` builds one from a run config (override it to read settings) and
+    :meth:`accumulate` is one update's gradient plumbing (override it when an objective needs
+    more than its loss's gradient, e.g. a critic of its own).
+    """
 
     name: ClassVar[str]
     requires: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> Objective:
+        """The objective a run config (``RunConfig``; objectives import no config module)
+        asks for (default: no settings)."""
+        return cls()
+
+    def accumulate(self, source: GradientSource) -> ObjectiveOutput:
+        """Loss of the step's batch, with every gradient accumulated: the objective's own
+        parameters and the heads' through ``loss.backward()``, θ through the source."""
+        out = self(source.batch())
+        out.loss.backward()
+        source.backprop_actor()
+        return out
 
     def forward(self, batch: TrajectoryBatch) -> ObjectiveOutput:
         batch.validate()
@@ -258,9 +296,18 @@ def objective_names() -> tuple[str, ...]:
 
 def build_objective(name: str, **kwargs: Any) -> Objective:
     """Instantiate the objective registered as ``name`` with ``kwargs``."""
+    return _registered(name)(**kwargs)
+
+
+def objective_from_config(cfg: Any) -> Objective:
+    """The objective ``train.objective`` names, built from the config."""
+    return _registered(cfg.train.objective).from_config(cfg)
+
+
+def _registered(name: str) -> type[Objective]:
     if name not in _REGISTRY:
         raise ValueError(f"unknown objective {name!r}; registered: {list(objective_names())}")
-    return _REGISTRY[name](**kwargs)
+    return _REGISTRY[name]
 
 
 def masked_mean(values: Tensor, mask: Tensor) -> Tensor:

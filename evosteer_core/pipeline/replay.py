@@ -192,7 +192,7 @@ def replay_step(cfg: RunConfig, store: ArtifactStore, run_id: str, step: int) ->
     overlay = OverlayStore(store)
     rollouts = None
     if cfg.executor.kind != "sim":
-        rollouts = (recorded["trajectories"], recorded["decisions"])
+        rollouts = {name: recorded[name] for name in ("trajectories", "decisions")}
     refs = run_step(cfg, StepStore(overlay), previous, step, rollouts)
     report = ReplayReport(run_id, step)
     for name in STEP_ARTIFACTS:

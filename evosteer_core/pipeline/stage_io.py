@@ -1,16 +1,17 @@
 """One training step as artifact-to-artifact functions over the content-addressed store.
 
-Every stage of :mod:`evosteer_core.training.step` is wrapped here as "read its input artifacts → call the
-stage → write its outputs → return refs". The Flyte tasks in ``evosteer_flyte/tasks/`` and the replay in
-:mod:`evosteer_core.pipeline.replay` both call these functions, so a replay computes byte for byte what
-the pipeline stored. Tables are stored as parquet and validated with the pandera schemas when
+Every stage of :mod:`evosteer_core.training` runs here through one generic wrapper,
+:func:`run_stage`: "read its input artifacts → call the stage → write its outputs → return
+refs", driven by the :data:`STAGES` table. The Flyte tasks in ``evosteer_flyte/tasks/`` and the
+replay in :mod:`evosteer_core.pipeline.replay` both call it, so a replay computes byte for
+byte what the pipeline stored. Tables are stored as parquet and validated with the pandera schemas when
 read; everything else is stored with ``torch.save`` (deterministic bytes).
 """
 
 from __future__ import annotations
 
 import io
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,21 +26,17 @@ from evosteer_core.infra.artifacts import ArtifactRef, ArtifactStore
 from evosteer_core.infra.config import RunConfig
 from evosteer_core.infra.schemas import DECISIONS, TRAJECTORIES, validate_rescored, validate_tables
 from evosteer_core.infra.seeding import derive_seed
-from evosteer_core.training import step as core
-from evosteer_core.training.state import TrainState, from_bytes, to_bytes
-
-STEP_ARTIFACTS: tuple[str, ...] = (
-    "trajectories",
-    "decisions",
-    "rescored",
-    "value",
-    "update",
-    "skills",
-    "state",
+from evosteer_core.training.results import ActorUpdate, Rescored, Rollouts, Validation, ValueFit
+from evosteer_core.training.session import Session, init_state, open_session
+from evosteer_core.training.stages import (
+    checkpoint_stage,
+    rescore_stage,
+    rollout_stage,
+    validation_stage,
+    value_stage,
 )
-"""The artifacts recorded per step in the run index, in the order the stages produce them."""
-
-TABLES = ("trajectories", "decisions", "rescored")
+from evosteer_core.training.state import TrainState, from_bytes, to_bytes
+from evosteer_core.training.update import update_stage
 
 
 # --- encodings -----------------------------------------------------------------------------
@@ -107,155 +104,159 @@ def seed_stage(cfg: RunConfig, step: int, stage: str) -> None:
 
 
 # --- the stages ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class StageCall:
+    """What a stage runs on: the config, the step, the previous state, its loaded inputs
+    (typed results: ``rollouts``, ``rescored``, ``value``, ``update``, ``skills``) and options."""
+
+    cfg: RunConfig
+    step: int
+    state: TrainState
+    inputs: dict[str, Any]
+    options: dict[str, int]
+
+    def session(self) -> Session:
+        """A session on the previous state (opened by the stages that need live objects)."""
+        return open_session(self.cfg, self.state)
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One stage of a step: the step artifacts it reads and writes, and how it runs."""
+
+    name: str
+    reads: tuple[str, ...]
+    writes: tuple[str, ...]
+    run: Callable[[StageCall], dict[str, Any]]
+
+
+def _rollout(c: StageCall) -> dict[str, Any]:
+    out = rollout_stage(c.session(), c.step, **c.options)
+    TRAJECTORIES.validate(out.trajectories, lazy=True)
+    DECISIONS.validate(out.decisions, lazy=True)
+    return {"trajectories": out.trajectories, "decisions": out.decisions}
+
+
+def _rescore(c: StageCall) -> dict[str, Any]:
+    return {"rescored": rescore_stage(c.session(), c.inputs["rollouts"].decisions).table}
+
+
+def _value(c: StageCall) -> dict[str, Any]:
+    fit = value_stage(c.session(), c.inputs["rollouts"], c.inputs["rescored"], c.state.value_window)
+    return {"value": fit}
+
+
+def _update(c: StageCall) -> dict[str, Any]:
+    upd = update_stage(
+        c.session(),
+        c.inputs["rollouts"],
+        c.inputs["rescored"],
+        c.state.actor_optimizer,
+        nonfinite_steps=c.state.nonfinite_steps,
+    )
+    return {"update": upd}
+
+
+def _validation(c: StageCall) -> dict[str, Any]:
+    return {"skills": validation_stage(c.session(), c.inputs["rollouts"], c.step)}
+
+
+def _checkpoint(c: StageCall) -> dict[str, Any]:
+    i = c.inputs
+    new = checkpoint_stage(
+        c.state, c.step, i["value"], i["update"], i["skills"], seed=c.cfg.train.seed
+    )
+    return {"state": new}
+
+
+ROLLOUT_TABLES = ("trajectories", "decisions")
+STAGES: tuple[Stage, ...] = (
+    Stage("rollout", (), ROLLOUT_TABLES, _rollout),
+    Stage("rescore", ROLLOUT_TABLES, ("rescored",), _rescore),
+    Stage("value", (*ROLLOUT_TABLES, "rescored"), ("value",), _value),
+    Stage("update", (*ROLLOUT_TABLES, "rescored"), ("update",), _update),
+    Stage("validation", ROLLOUT_TABLES, ("skills",), _validation),
+    Stage("checkpoint", ("value", "update", "skills"), ("state",), _checkpoint),
+)
+"""The stages of a step in pipeline order; every layer (this module's :func:`run_step`, the
+Flyte tasks and the train workflow) runs a stage through this table, under its name."""
+
+STAGE_BY_NAME = {stage.name: stage for stage in STAGES}
+
+STEP_ARTIFACTS: tuple[str, ...] = tuple(name for stage in STAGES for name in stage.writes)
+"""The artifacts recorded per step in the run index, in the order the stages produce them."""
+
+TABLES = (*ROLLOUT_TABLES, "rescored")
+
+_OBJECTS = {"value": ValueFit, "update": ActorUpdate, "skills": Validation}
+
+
+def _load_inputs(io_: StepStore, refs: Mapping[str, ArtifactRef], reads: tuple[str, ...]):
+    """The typed inputs of a stage; tables are validated (rollouts together, rescored against
+    the decisions)."""
+    missing = [name for name in reads if name not in refs]
+    if missing:
+        raise ValueError(f"stage inputs missing: {missing}")
+    inputs: dict[str, Any] = {}
+    if "trajectories" in reads:
+        inputs["rollouts"] = Rollouts(*io_.get_rollouts(refs["trajectories"], refs["decisions"]))
+    if "rescored" in reads:
+        table = io_.get_table(refs["rescored"])
+        validate_rescored(inputs["rollouts"].decisions, table)
+        inputs["rescored"] = Rescored(table)
+    for name, kind in _OBJECTS.items():
+        if name in reads:
+            inputs[name] = kind.from_dict(io_.get_object(refs[name]))
+    return inputs
+
+
+def _store_output(io_: StepStore, name: str, value: Any) -> ArtifactRef:
+    if isinstance(value, pd.DataFrame):
+        return io_.put_table(value, name)
+    if isinstance(value, TrainState):
+        return io_.put_state(value)
+    return io_.put_object(value.to_dict(), f"{name}.pt")
+
+
+def run_stage(
+    cfg: RunConfig,
+    io_: StepStore,
+    name: str,
+    state: ArtifactRef,
+    step: int,
+    refs: Mapping[str, ArtifactRef],
+    **options: int,
+) -> dict[str, ArtifactRef]:
+    """Run stage ``name`` of ``step`` from stored artifacts: seed it, load the previous state
+    and the inputs it reads from ``refs``, run it, store what it writes → {name: ref}.
+    ``options``: the rollout stage's ``shard`` and ``n_shards``."""
+    stage = STAGE_BY_NAME[name]
+    seed_stage(cfg, step, name)
+    inputs = _load_inputs(io_, refs, stage.reads)
+    call = StageCall(cfg, step, io_.get_state(state), inputs, dict(options))
+    return {out: _store_output(io_, out, value) for out, value in stage.run(call).items()}
+
+
 def init_artifacts(cfg: RunConfig, io_: StepStore) -> ArtifactRef:
     """Step 0: the initial train state."""
     seed_stage(cfg, 0, "init")
-    return io_.put_state(core.init_state(cfg))
-
-
-def rollout_artifacts(
-    cfg: RunConfig,
-    io_: StepStore,
-    state: ArtifactRef,
-    step: int,
-    shard: int = 0,
-    n_shards: int = 1,
-) -> tuple[ArtifactRef, ArtifactRef]:
-    """Stage 1 → (trajectories, decisions), for all records or for one of ``n_shards`` shards."""
-    seed_stage(cfg, step, "rollout")
-    s = core.open_session(cfg, io_.get_state(state))
-    traj, dec = core.rollout_stage(s, step, shard=shard, n_shards=n_shards)
-    TRAJECTORIES.validate(traj, lazy=True)
-    DECISIONS.validate(dec, lazy=True)
-    return io_.put_table(traj, "trajectories"), io_.put_table(dec, "decisions")
+    return io_.put_state(init_state(cfg))
 
 
 def concat_rollouts(
-    io_: StepStore, shards: list[tuple[ArtifactRef, ArtifactRef]]
-) -> tuple[ArtifactRef, ArtifactRef]:
+    io_: StepStore, shards: list[Mapping[str, ArtifactRef]]
+) -> dict[str, ArtifactRef]:
     """Concatenate shard tables in shard order (one shard: the same refs back)."""
     if len(shards) == 1:
-        return shards[0]
-    tables = [io_.get_rollouts(t, d) for t, d in shards]
+        return {name: shards[0][name] for name in ROLLOUT_TABLES}
+    tables = [io_.get_rollouts(s["trajectories"], s["decisions"]) for s in shards]
     traj = pd.concat([t for t, _ in tables], ignore_index=True)
     dec = pd.concat([d for _, d in tables], ignore_index=True)
     validate_tables(traj, dec)
-    return io_.put_table(traj, "trajectories"), io_.put_table(dec, "decisions")
-
-
-def rescore_artifacts(
-    cfg: RunConfig,
-    io_: StepStore,
-    state: ArtifactRef,
-    step: int,
-    trajectories: ArtifactRef,
-    decisions: ArtifactRef,
-) -> ArtifactRef:
-    """Stage 2 → rescored (ℓ_θ, ℓ_ρ, h_ρ per decision)."""
-    seed_stage(cfg, step, "rescore")
-    _, dec = io_.get_rollouts(trajectories, decisions)
-    s = core.open_session(cfg, io_.get_state(state))
-    return io_.put_table(core.rescore_stage(s, dec), "rescored")
-
-
-def _open_scored(
-    cfg: RunConfig,
-    io_: StepStore,
-    state: ArtifactRef,
-    step: int,
-    stage: str,
-    refs: tuple[ArtifactRef, ArtifactRef, ArtifactRef],
-) -> tuple[core.Session, TrainState, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """Common opening of the stages after re-scoring: seed the stage, load and validate the
-    (trajectories, decisions, rescored) tables, and open a session on the previous state."""
-    seed_stage(cfg, step, stage)
-    traj, dec = io_.get_rollouts(refs[0], refs[1])
-    resc = io_.get_table(refs[2])
-    validate_rescored(dec, resc)
-    st = io_.get_state(state)
-    return core.open_session(cfg, st), st, traj, dec, resc
-
-
-def value_artifacts(
-    cfg: RunConfig,
-    io_: StepStore,
-    state: ArtifactRef,
-    step: int,
-    trajectories: ArtifactRef,
-    decisions: ArtifactRef,
-    rescored: ArtifactRef,
-) -> ArtifactRef:
-    """Stage 3 → value: {value_head, outcome_heads, window, metrics}."""
-    refs = (trajectories, decisions, rescored)
-    s, st, traj, dec, resc = _open_scored(cfg, io_, state, step, "value", refs)
-    value_sd, outcome_sd, window, metrics = core.value_stage(s, traj, dec, resc, st.value_window)
-    out = {
-        "value_head": value_sd,
-        "outcome_heads": outcome_sd,
-        "window": window,
-        "metrics": metrics,
+    return {
+        "trajectories": io_.put_table(traj, "trajectories"),
+        "decisions": io_.put_table(dec, "decisions"),
     }
-    return io_.put_object(out, "value.pt")
-
-
-def update_artifacts(
-    cfg: RunConfig,
-    io_: StepStore,
-    state: ArtifactRef,
-    step: int,
-    trajectories: ArtifactRef,
-    decisions: ArtifactRef,
-    rescored: ArtifactRef,
-) -> ArtifactRef:
-    """Stage 4 → update: {adapter, flow_head, actor_optimizer, pool, buckets, nonfinite_steps,
-    metrics}."""
-    refs = (trajectories, decisions, rescored)
-    s, st, traj, dec, resc = _open_scored(cfg, io_, state, step, "update", refs)
-    upd = core.update_stage(
-        s, traj, dec, resc, st.actor_optimizer, nonfinite_steps=st.nonfinite_steps
-    )
-    return io_.put_object(upd, "update.pt")
-
-
-def validation_artifacts(
-    cfg: RunConfig,
-    io_: StepStore,
-    state: ArtifactRef,
-    step: int,
-    trajectories: ArtifactRef,
-    decisions: ArtifactRef,
-) -> ArtifactRef:
-    """Stage 5 → skills: {skills, metrics}."""
-    seed_stage(cfg, step, "validation")
-    traj, dec = io_.get_rollouts(trajectories, decisions)
-    s = core.open_session(cfg, io_.get_state(state))
-    skills, metrics = core.validation_stage(s, traj, dec, step)
-    return io_.put_object({"skills": skills, "metrics": metrics}, "skills.pt")
-
-
-def checkpoint_artifacts(
-    cfg: RunConfig,
-    io_: StepStore,
-    state: ArtifactRef,
-    step: int,
-    value: ArtifactRef,
-    update: ArtifactRef,
-    skills: ArtifactRef,
-) -> ArtifactRef:
-    """Stage 6 → the next train state."""
-    seed_stage(cfg, step, "checkpoint")
-    v, upd, sk = io_.get_object(value), io_.get_object(update), io_.get_object(skills)
-    new = core.checkpoint_stage(
-        io_.get_state(state),
-        step,
-        v["value_head"],
-        v["outcome_heads"],
-        v["window"],
-        upd,
-        sk["skills"],
-        seed=cfg.train.seed,
-    )
-    return io_.put_state(new)
 
 
 def step_metrics(io_: StepStore, refs: Mapping[str, ArtifactRef]) -> dict[str, float]:
@@ -272,27 +273,18 @@ def run_step(
     io_: StepStore,
     state: ArtifactRef,
     step: int,
-    rollouts: tuple[ArtifactRef, ArtifactRef] | None = None,
+    rollouts: Mapping[str, ArtifactRef] | None = None,
 ) -> dict[str, ArtifactRef]:
     """All stages of one step in-process, in pipeline order → {artifact name: ref}.
 
-    ``rollouts`` given: use those recorded tables instead of sampling (a remote executor's
-    rollouts are the recorded truth; everything downstream is recomputed)."""
-    traj, dec = rollouts or rollout_artifacts(cfg, io_, state, step)
-    resc = rescore_artifacts(cfg, io_, state, step, traj, dec)
-    value = value_artifacts(cfg, io_, state, step, traj, dec, resc)
-    update = update_artifacts(cfg, io_, state, step, traj, dec, resc)
-    skills = validation_artifacts(cfg, io_, state, step, traj, dec)
-    new_state = checkpoint_artifacts(cfg, io_, state, step, value, update, skills)
-    return {
-        "trajectories": traj,
-        "decisions": dec,
-        "rescored": resc,
-        "value": value,
-        "update": update,
-        "skills": skills,
-        "state": new_state,
-    }
+    ``rollouts`` given ({trajectories, decisions}): use those recorded tables instead of
+    sampling (a remote executor's rollouts are the recorded truth; everything downstream is
+    recomputed)."""
+    refs: dict[str, ArtifactRef] = dict(rollouts or {})
+    for stage in STAGES:
+        if not (rollouts and stage.name == "rollout"):
+            refs.update(run_stage(cfg, io_, stage.name, state, step, refs))
+    return {name: refs[name] for name in STEP_ARTIFACTS}
 
 
 def tracking_files(io_: StepStore, refs: Mapping[str, ArtifactRef]) -> dict[str, bytes]:

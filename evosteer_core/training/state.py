@@ -16,7 +16,8 @@ class TrainState:
     Tensors are stored as CPU tensors; everything else is JSON-able. The RNG state of torch's
     global generator is kept too, although every draw of the loop comes from derived seeds.
     ``nonfinite_steps`` counts the steps whose update was skipped for a non-finite loss or
-    gradient (``train.max_nonfinite_steps``).
+    gradient (``train.max_nonfinite_steps``); ``objective`` is the objective's own learned
+    state (its module state dict, e.g. TB's log Z; empty for AnchorTB).
     """
 
     step: int
@@ -31,10 +32,16 @@ class TrainState:
     skills: dict[str, Any] = field(default_factory=dict)
     rng_state: torch.Tensor | None = None
     nonfinite_steps: int = 0
+    objective: dict[str, torch.Tensor] = field(default_factory=dict)
 
     def to_bytes(self) -> bytes:
+        """torch.save of the fields; ``objective`` only when the objective has learned state
+        (TB's log Z), so the states of runs whose objective has none keep their bytes."""
+        data = asdict(self)
+        if not data["objective"]:
+            del data["objective"]
         buf = io.BytesIO()
-        torch.save(asdict(self), buf)
+        torch.save(data, buf)
         return buf.getvalue()
 
     @classmethod

@@ -2,11 +2,9 @@
 
 from flytekit import Cache, task
 
-from evosteer_core.benchmarks.loaders import load_benchmark
-from evosteer_core.episode.records import FAMILIES, TaskRecord
+from evosteer_core.evaluation.rollouts import benchmark_scores
 from evosteer_core.evaluation.tables import summarize
 from evosteer_core.infra.artifacts import ArtifactRef, put_json
-from evosteer_core.training import step as core
 from evosteer_flyte.tasks.errors import executor_outage_is_recoverable
 from evosteer_flyte.tasks.resources import (
     CACHE_VERSION,
@@ -19,18 +17,6 @@ from evosteer_flyte.tasks.resources import (
 )
 from evosteer_flyte.tasks.spec import RunSpec, load
 from evosteer_flyte.tasks.tracking_tasks import _tracker
-
-
-def benchmark_records(cfg, benchmark: str, path: str) -> list[TaskRecord]:
-    """A real benchmark file (``path``) or, with no path, the sim suite's held-out records of
-    the family ``benchmark``."""
-    if path:
-        return load_benchmark(benchmark, path)
-    if benchmark not in FAMILIES:
-        raise ValueError(f"benchmark {benchmark!r} needs a file path; sim families: {FAMILIES}")
-    from evosteer_core.episode.world import build_world
-
-    return [r for r in build_world(cfg).heldout_records if r.family == benchmark]
 
 
 @task(
@@ -46,13 +32,8 @@ def evaluate_benchmark(
 ) -> list[float]:
     """Mean reward of the frozen π_θ on one benchmark, once per run (run-seeded draws)."""
     cfg, io = load(spec, config_yaml)
-    records = benchmark_records(cfg, benchmark, path)
-    s = core.open_session(cfg, io.get_state(state))
     with executor_outage_is_recoverable():
-        return [
-            core.evaluate_policy(s, records, use_adapter=True, runs=1, tag=f"eval/{benchmark}/{k}")
-            for k in range(runs)
-        ]
+        return benchmark_scores(cfg, io.get_state(state), benchmark, path, runs)
 
 
 @task(retries=RETRIES, container_image=CPU_IMAGE, requests=LIGHT_RESOURCES, limits=LIGHT_RESOURCES)

@@ -1,12 +1,10 @@
-"""One Flyte task per stage of a training step, plus ``init_run``.
+"""One Flyte task per stage of a training step, plus ``init_run`` and the rollout fan-out.
 
-Each task: load its input artifacts → call the evosteer_core stage (through
-:mod:`evosteer_core.pipeline.stage_io`, the same code the replay runs) → store the outputs → return refs.
-All are cached; the key is (run spec: config hash, seed, store root; step; input refs) under
+A stage runs in ``gpu_stage`` or ``cpu_stage`` (the same body, two pod kinds): load the
+config, run the named stage through :func:`evosteer_core.pipeline.stage_io.run_stage` (the
+same code the replay runs), return the refs it stored. All are cached; the key is (run spec: config hash, seed, store root; step; input refs) under
 ``CACHE_VERSION``. The config text is an ignored input (its hash is in the spec).
 """
-
-from dataclasses import dataclass
 
 from flytekit import Cache, task
 
@@ -23,15 +21,6 @@ from evosteer_flyte.tasks.resources import (
     RETRIES,
 )
 from evosteer_flyte.tasks.spec import RunSpec, load, store_of
-
-
-@dataclass
-class Rollouts:
-    """The two rollout tables of a step (parquet artifacts, pandera-validated on load)."""
-
-    trajectories: ArtifactRef
-    decisions: ArtifactRef
-
 
 CACHE = Cache(version=CACHE_VERSION, ignored_inputs=("config_yaml",))
 CPU_TASK = dict(
@@ -58,95 +47,62 @@ def init_run(spec: RunSpec, config_yaml: str) -> ArtifactRef:
     return stage_io.init_artifacts(cfg, io)
 
 
-@task(**GPU_TASK)
-def rollout(spec: RunSpec, config_yaml: str, step: int, state: ArtifactRef) -> Rollouts:
-    """Stage 1: the step's trajectories and decisions (an executor outage is retried)."""
+Refs = dict[str, ArtifactRef]
+"""A step's artifacts so far, by name (``stage_io.STEP_ARTIFACTS``): a stage task reads the
+ones its stage reads and returns them all plus the ones it wrote, so the workflow chains the
+stages without taking promises apart."""
+
+
+def _run_stage(
+    spec: RunSpec, config_yaml: str, stage: str, step: int, state: ArtifactRef, refs: Refs
+) -> Refs:
     cfg, io = load(spec, config_yaml)
     with executor_outage_is_recoverable():
-        return Rollouts(*stage_io.rollout_artifacts(cfg, io, state, step))
+        return {**refs, **stage_io.run_stage(cfg, io, stage, state, step, refs)}
+
+
+@task(**GPU_TASK)
+def gpu_stage(
+    spec: RunSpec, config_yaml: str, stage: str, step: int, state: ArtifactRef, refs: Refs
+) -> Refs:
+    """A stage of a training step on a GPU pod (``stage_io.STAGES``; the policy's passes)."""
+    return _run_stage(spec, config_yaml, stage, step, state, refs)
+
+
+@task(**CPU_TASK)
+def cpu_stage(
+    spec: RunSpec, config_yaml: str, stage: str, step: int, state: ArtifactRef, refs: Refs
+) -> Refs:
+    """A stage of a training step on a CPU pod (``stage_io.STAGES``)."""
+    return _run_stage(spec, config_yaml, stage, step, state, refs)
+
+
+STAGE_TASKS = {
+    "rollout": gpu_stage,
+    "rescore": gpu_stage,
+    "value": cpu_stage,
+    "update": gpu_stage,
+    "validation": cpu_stage,
+    "checkpoint": cpu_stage,
+}
+"""The task that runs each entry of ``stage_io.STAGES`` (the stage's name is an input, and
+the node's name in the workflow)."""
 
 
 @task(**GPU_TASK)
 def rollout_shard(
     spec: RunSpec, config_yaml: str, step: int, state: ArtifactRef, shard: int, n_shards: int
-) -> Rollouts:
-    """Stage 1 for one record shard (the remote fan-out; ``gather_rollouts`` joins them)."""
+) -> Refs:
+    """The rollout stage for one record shard (the remote fan-out; ``gather_rollouts`` joins
+    them)."""
     cfg, io = load(spec, config_yaml)
     with executor_outage_is_recoverable():
-        return Rollouts(*stage_io.rollout_artifacts(cfg, io, state, step, shard, n_shards))
+        return stage_io.run_stage(
+            cfg, io, "rollout", state, step, {}, shard=shard, n_shards=n_shards
+        )
 
 
 @task(**CPU_TASK)
-def gather_rollouts(spec: RunSpec, shards: list[Rollouts]) -> Rollouts:
+def gather_rollouts(spec: RunSpec, shards: list[Refs]) -> Refs:
     """Concatenate shard tables in shard order (validated)."""
-    io = stage_io.StepStore(store_of(spec))
-    return Rollouts(*stage_io.concat_rollouts(io, [(s.trajectories, s.decisions) for s in shards]))
-
-
-@task(**GPU_TASK)
-def rescore(
-    spec: RunSpec, config_yaml: str, step: int, state: ArtifactRef, rollouts: Rollouts
-) -> ArtifactRef:
-    """Stage 2: ℓ_θ, ℓ_ρ and h_ρ of every recorded decision."""
-    cfg, io = load(spec, config_yaml)
-    return stage_io.rescore_artifacts(
-        cfg, io, state, step, rollouts.trajectories, rollouts.decisions
-    )
-
-
-@task(**CPU_TASK)
-def fit_value_head(
-    spec: RunSpec,
-    config_yaml: str,
-    step: int,
-    state: ArtifactRef,
-    rollouts: Rollouts,
-    rescored: ArtifactRef,
-) -> ArtifactRef:
-    """Stage 3: value head on the replay window, diagnostic outcome heads."""
-    cfg, io = load(spec, config_yaml)
-    return stage_io.value_artifacts(
-        cfg, io, state, step, rollouts.trajectories, rollouts.decisions, rescored
-    )
-
-
-@task(**GPU_TASK)
-def anchortb_update(
-    spec: RunSpec,
-    config_yaml: str,
-    step: int,
-    state: ArtifactRef,
-    rollouts: Rollouts,
-    rescored: ArtifactRef,
-) -> ArtifactRef:
-    """Stage 4: anchor statistics, structural buckets and one AnchorTB step."""
-    cfg, io = load(spec, config_yaml)
-    return stage_io.update_artifacts(
-        cfg, io, state, step, rollouts.trajectories, rollouts.decisions, rescored
-    )
-
-
-@task(**CPU_TASK)
-def validation_round(
-    spec: RunSpec, config_yaml: str, step: int, state: ArtifactRef, rollouts: Rollouts
-) -> ArtifactRef:
-    """Stage 5: paired trials, sequential tests, the author window."""
-    cfg, io = load(spec, config_yaml)
-    return stage_io.validation_artifacts(
-        cfg, io, state, step, rollouts.trajectories, rollouts.decisions
-    )
-
-
-@task(**CPU_TASK)
-def checkpoint(
-    spec: RunSpec,
-    config_yaml: str,
-    step: int,
-    state: ArtifactRef,
-    value: ArtifactRef,
-    update: ArtifactRef,
-    skills: ArtifactRef,
-) -> ArtifactRef:
-    """Stage 6: the next train state."""
-    cfg, io = load(spec, config_yaml)
-    return stage_io.checkpoint_artifacts(cfg, io, state, step, value, update, skills)
+    return stage_io.concat_rollouts(stage_io.StepStore(store_of(spec)), shards)

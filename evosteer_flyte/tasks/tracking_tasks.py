@@ -18,7 +18,6 @@ from evosteer_core.infra.tracking import (
 from evosteer_core.pipeline import stage_io
 from evosteer_flyte.tasks.resources import CPU_IMAGE, LIGHT_RESOURCES, RETRIES
 from evosteer_flyte.tasks.spec import RunSpec, load
-from evosteer_flyte.tasks.step_tasks import Rollouts
 
 LIGHT_TASK = dict(
     retries=RETRIES, container_image=CPU_IMAGE, requests=LIGHT_RESOURCES, limits=LIGHT_RESOURCES
@@ -65,30 +64,13 @@ def record_init(spec: RunSpec, config_yaml: str, state: ArtifactRef) -> Artifact
 
 @task(**LIGHT_TASK)
 def record_step(
-    spec: RunSpec,
-    config_yaml: str,
-    mlflow_run: str,
-    step: int,
-    rollouts: Rollouts,
-    rescored: ArtifactRef,
-    value: ArtifactRef,
-    update: ArtifactRef,
-    skills: ArtifactRef,
-    state: ArtifactRef,
+    spec: RunSpec, config_yaml: str, mlflow_run: str, step: int, refs: dict[str, ArtifactRef]
 ) -> ArtifactRef:
-    """Record every artifact of ``step`` in the run index and log the step to MLflow:
-    metrics, the adapter and heads, the skill library version and the test ledger (JSON),
-    and the artifact hashes as tags. Returns the new state (so the next step waits for it)."""
+    """Record every artifact of ``step`` (``refs``: ``stage_io.STEP_ARTIFACTS`` by name) in the
+    run index and log the step to MLflow: metrics, the adapter and heads, the skill library
+    version and the test ledger (JSON), and the artifact hashes as tags. Returns the new state
+    (so the next step waits for it)."""
     cfg, io = load(spec, config_yaml)
-    refs = {
-        "trajectories": rollouts.trajectories,
-        "decisions": rollouts.decisions,
-        "rescored": rescored,
-        "value": value,
-        "update": update,
-        "skills": skills,
-        "state": state,
-    }
     index = RunIndex(io.store, spec.run_id)
     for name, ref in refs.items():
         index.record(step, name, ref)
@@ -97,7 +79,7 @@ def record_step(
         tracker.log_step(step, stage_io.step_metrics(io, refs))
         tracker.log_step_artifacts(step, stage_io.tracking_files(io, refs))
         tracker.log_step_refs(step, io.store, refs, copy=False)
-    return state
+    return refs["state"]
 
 
 @task(**LIGHT_TASK)

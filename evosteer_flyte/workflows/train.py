@@ -18,19 +18,10 @@ from evosteer_core.episode.world import load_records
 from evosteer_core.infra.artifacts import ArtifactRef
 from evosteer_core.infra.config import config_from_dict
 from evosteer_core.infra.configio import parse_yaml
+from evosteer_core.pipeline.stage_io import STAGES
 from evosteer_flyte.tasks.resources import CPU_IMAGE, LIGHT_RESOURCES, RETRIES
 from evosteer_flyte.tasks.spec import RunSpec, make_spec
-from evosteer_flyte.tasks.step_tasks import (
-    anchortb_update,
-    checkpoint,
-    fit_value_head,
-    gather_rollouts,
-    init_run,
-    rescore,
-    rollout,
-    rollout_shard,
-    validation_round,
-)
+from evosteer_flyte.tasks.step_tasks import STAGE_TASKS, gather_rollouts, init_run, rollout_shard
 from evosteer_flyte.tasks.tracking_tasks import (
     end_tracking,
     record_init,
@@ -42,7 +33,7 @@ MAX_NODES_PER_DYNAMIC = 50
 """flytekit's guidance for one dynamic workflow's node count."""
 
 STAGE_NODES = 6
-"""rescore, fit_value_head, anchortb_update, validation_round, checkpoint, record_step."""
+"""rescore, value, update, validation, checkpoint, record_step."""
 
 NODES_PER_STEP = {"local": STAGE_NODES + 1, "sharded": STAGE_NODES + 2}
 """A step's nodes: the stages plus one rollout task, or a map_task and ``gather_rollouts``."""
@@ -77,32 +68,22 @@ def train_chunk(
     state: ArtifactRef,
     rollout_shards: int,
 ) -> ArtifactRef:
-    """Steps ``first..last``: each step's stage tasks, then its run-index/MLflow record."""
+    """Steps ``first..last``: each step's stage tasks in ``stage_io.STAGES`` order, then its
+    run-index/MLflow record."""
     for step in range(first, last + 1):
         common = dict(spec=spec, config_yaml=config_yaml, step=step, state=state)
-        if rollout_shards == 1:
-            rolled = rollout(**common)
-        else:
-            per_shard = map_task(
-                functools.partial(rollout_shard, **common, n_shards=rollout_shards)
-            )(shard=list(range(rollout_shards)))
-            rolled = gather_rollouts(spec=spec, shards=per_shard)
-        rescored = rescore(**common, rollouts=rolled)
-        value = fit_value_head(**common, rollouts=rolled, rescored=rescored)
-        update = anchortb_update(**common, rollouts=rolled, rescored=rescored)
-        skills = validation_round(**common, rollouts=rolled)
-        new_state = checkpoint(**common, value=value, update=update, skills=skills)
+        refs: dict = {}
+        for stage in STAGES:  # each stage task returns the step's artifacts so far
+            if stage.name == "rollout" and rollout_shards > 1:
+                per_shard = map_task(
+                    functools.partial(rollout_shard, **common, n_shards=rollout_shards)
+                )(shard=list(range(rollout_shards)))
+                refs = gather_rollouts(spec=spec, shards=per_shard)
+            else:
+                refs = STAGE_TASKS[stage.name](**common, stage=stage.name, refs=refs)
+                refs = refs.with_overrides(node_name=f"{stage.name}-{step}")
         state = record_step(
-            spec=spec,
-            config_yaml=config_yaml,
-            mlflow_run=mlflow_run,
-            step=step,
-            rollouts=rolled,
-            rescored=rescored,
-            value=value,
-            update=update,
-            skills=skills,
-            state=new_state,
+            spec=spec, config_yaml=config_yaml, mlflow_run=mlflow_run, step=step, refs=refs
         )
     return state
 

@@ -1,0 +1,68 @@
+"""Evaluation rollouts: π_θ (or ρ) on given records, with no pairs and no updates, and the
+per-run scores of a checkpoint on one benchmark (what the evaluate workflow fans out)."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from evosteer_core.benchmarks.loaders import load_benchmark
+from evosteer_core.episode.records import FAMILIES, TaskRecord
+from evosteer_core.episode.rollout import EpisodePlan, collect_rollouts
+from evosteer_core.episode.world import build_world
+from evosteer_core.infra.config import RunConfig
+from evosteer_core.infra.seeding import derive_seed
+from evosteer_core.training.session import Session, open_session
+from evosteer_core.training.state import TrainState
+
+
+def evaluation_rollouts(
+    s: Session,
+    records: list[TaskRecord],
+    use_adapter: bool,
+    runs: int = 1,
+    tag: str = "eval",
+    menus: dict | None = None,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Trajectories and decisions of π_θ (or ρ) on ``records``, with the session's menus or the
+    given ``menus``, scored by the official reward; θ and ρ runs of the same tag share every
+    seed."""
+    arm = "theta" if use_adapter else "rho"
+    plans = [EpisodePlan(r, arm, k, evaluation=True) for r in records for k in range(runs)]
+    ctx = s.rollout_context(derive_seed(s.cfg.train.seed, tag), 0, menus, evaluation=True)
+    return collect_rollouts(s.policy, plans, ctx)
+
+
+def evaluate_policy(
+    s: Session,
+    records: list[TaskRecord],
+    use_adapter: bool,
+    runs: int = 1,
+    tag: str = "eval",
+    menus: dict | None = None,
+) -> float:
+    """Mean reward of :func:`evaluation_rollouts`."""
+    trajectories, _ = evaluation_rollouts(s, records, use_adapter, runs, tag, menus)
+    return float(trajectories["reward"].mean())
+
+
+def benchmark_records(cfg: RunConfig, benchmark: str, path: str) -> list[TaskRecord]:
+    """A real benchmark file (``path``) or, with no path, the sim suite's held-out records of
+    the family ``benchmark``."""
+    if path:
+        return load_benchmark(benchmark, path)
+    if benchmark not in FAMILIES:
+        raise ValueError(f"benchmark {benchmark!r} needs a file path; sim families: {FAMILIES}")
+    return [r for r in build_world(cfg).heldout_records if r.family == benchmark]
+
+
+def benchmark_scores(
+    cfg: RunConfig, state: TrainState, benchmark: str, path: str, runs: int
+) -> list[float]:
+    """Mean reward of the frozen π_θ of ``state`` on one benchmark, once per run (each run
+    with its own seeds, tagged ``eval/<benchmark>/<k>``)."""
+    records = benchmark_records(cfg, benchmark, path)
+    s = open_session(cfg, state)
+    return [
+        evaluate_policy(s, records, use_adapter=True, runs=1, tag=f"eval/{benchmark}/{k}")
+        for k in range(runs)
+    ]
