@@ -21,8 +21,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: experiments.*
 
+from evosteer_core.infra.config import PolicyConfig
 from evosteer_core.infra.seeding import numpy_rng, torch_generator
-from evosteer_core.policy.backbone import PolicyConfig, load_policy
+from evosteer_core.policy.backbone import load_policy
 from evosteer_core.policy.batch import right_pad
 from evosteer_core.policy.encode import encode_h_rho
 from evosteer_core.policy.render import render_compact
@@ -52,14 +53,16 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     cache_dir = args.cache_dir or tempfile.mkdtemp(prefix="bench-policy-")
-    policy = load_policy(PolicyConfig(cache_dir=cache_dir, attn_implementation=args.attn))
+    policy = load_policy(
+        PolicyConfig(renderer="compact"), cache_dir=cache_dir, attn_implementation=args.attn
+    )
     rng = numpy_rng("bench-policy")
     states = [random_public_state(rng) for _ in range(args.trajectories * args.actions)]
     prompts = [render_compact(s) for s in states]
     legal = [s["legal_actions"] for s in states]
     tok = policy.tokenizer
     lengths = [len(tok.encode_prompt(p)) for p in prompts]
-    print(f"backbone tiny, LoRA r={policy.config.lora_r}, attn={args.attn}, threads={args.threads}")
+    print(f"backbone tiny, LoRA r={policy.config.lora.r}, attn={args.attn}, threads={args.threads}")
     print(f"compact prompt tokens: mean {statistics.mean(lengths):.0f}, max {max(lengths)}")
     print(f"legal actions per decision: mean {statistics.mean(len(a) for a in legal):.1f}")
 

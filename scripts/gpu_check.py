@@ -22,8 +22,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: experiments.*
 
-from evosteer_core.infra.config import load_config
-from evosteer_core.policy.backbone import PolicyConfig, load_policy
+from evosteer_core.infra.config import LoraConfig, PolicyConfig, load_config
+from evosteer_core.policy.backbone import load_policy
 from evosteer_core.policy.encode import encode_h_rho
 from evosteer_core.policy.render import render_compact
 from evosteer_core.policy.sampling import sample_actions
@@ -45,11 +45,11 @@ def policy_section(device: str, dtype: str, cache: str, n: int = 64) -> dict:
             backbone="tiny",
             device=device,
             dtype=dtype,
-            lora_r=8,
-            lora_alpha=16.0,
-            seed=0,
-            cache_dir=cache,
-        )
+            lora=LoraConfig(r=8, alpha=16),
+            renderer="compact",
+        ),
+        seed=0,
+        cache_dir=cache,
     )
     params = list(pol.model.parameters())
     rng = np.random.default_rng(0)
@@ -86,7 +86,7 @@ def policy_section(device: str, dtype: str, cache: str, n: int = 64) -> dict:
 
 def generation_section(device: str, cache: str) -> dict:
     """Plain HF ``generate`` of the backbone on ``device`` (the vLLM-free serving path)."""
-    pol = load_policy(PolicyConfig(backbone="tiny", device=device, seed=0, cache_dir=cache))
+    pol = load_policy(PolicyConfig(device=device, renderer="compact"), seed=0, cache_dir=cache)
     tok = pol.tokenizer.hf
     base = pol.model.get_base_model()
     ids = tok(["family aime\naction:"] * 16, return_tensors="pt").input_ids.to(device)

@@ -15,8 +15,8 @@ import torch
 from scipy.stats import ttest_rel
 from transformers import AutoModelForCausalLM
 
+from evosteer_core.infra.config import LoraConfig, PolicyConfig
 from evosteer_core.policy.backbone import (
-    PolicyConfig,
     default_cache_dir,
     load_policy,
     tiny_model_folder,
@@ -82,7 +82,7 @@ def test_pretrained_tiny_backbone_loads_as_a_policy_folder(tmp_path: Path) -> No
     folder = tmp_path / "tiny-lm"
     out = _run("experiments/pretrain_tiny.py", str(folder), "--episodes", "1", "--epochs", "1")
     assert "epoch 1: mean token NLL" in out
-    policy = load_policy(PolicyConfig(backbone=str(folder), lora_r=4, lora_alpha=8.0))
+    policy = load_policy(PolicyConfig(backbone=str(folder), lora=LoraConfig(r=4, alpha=8)))
     fresh = AutoModelForCausalLM.from_pretrained(
         tiny_model_folder(default_cache_dir() / "models", 0)
     )

@@ -11,8 +11,10 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from evosteer_core.infra.config import LoraConfig, PolicyConfig, load_config
+from evosteer_core.infra.configio import ConfigError
 from evosteer_core.infra.seeding import derive_seed, numpy_rng, torch_generator
-from evosteer_core.policy.backbone import Policy, PolicyConfig, load_policy, tiny_model_folder
+from evosteer_core.policy.backbone import Policy, load_policy, tiny_model_folder
 from evosteer_core.policy.encode import encode_h_rho
 from evosteer_core.policy.orchestrator import Orchestrator
 from evosteer_core.policy.render import render_compact
@@ -36,8 +38,11 @@ def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
 def _policy(cache_dir: str, perturbed: bool) -> Policy:
     policy = load_policy(
         PolicyConfig(
-            cache_dir=cache_dir, lora_r=LORA_R, lora_alpha=16.0, max_prompt_tokens=MAX_PROMPT
-        )
+            lora=LoraConfig(r=LORA_R, alpha=16),
+            renderer="compact",
+            context_tokens=MAX_PROMPT + 256,  # the prompt limit: MAX_PROMPT
+        ),
+        cache_dir=cache_dir,
     )
     if perturbed:
         gen = torch.Generator().manual_seed(7)
@@ -237,9 +242,8 @@ def test_policy_renders_with_its_configured_renderer(fresh: Policy) -> None:
 def test_smollm2_backbone_samples_and_scores(cache_dir: str) -> None:
     pytest.importorskip("gguf")
     policy = load_policy(
-        PolicyConfig(
-            backbone="smollm2", lora_r=4, lora_alpha=8.0, max_prompt_tokens=64, cache_dir=cache_dir
-        )
+        PolicyConfig(backbone="smollm2", lora=LoraConfig(r=4, alpha=8), context_tokens=64 + 256),
+        cache_dir=cache_dir,
     )
     prompts, legal = _batch(2, 10)
     out = sample_actions(policy, prompts, legal, _generators(2, "smol"))
@@ -252,12 +256,15 @@ def test_smollm2_backbone_samples_and_scores(cache_dir: str) -> None:
 
 
 def test_config_errors_name_the_field() -> None:
-    with pytest.raises(ValueError, match="dtype"):
-        PolicyConfig(dtype="float8")
-    with pytest.raises(ValueError, match="renderer"):
-        PolicyConfig(renderer="fancy")
-    with pytest.raises(ValueError, match="lora_r"):
-        PolicyConfig(lora_r=0)
+    for key, value in [
+        ("policy.dtype", "float8"),
+        ("policy.renderer", "fancy"),
+        ("policy.lora.r", 0),
+        ("policy.max_action_tokens", 1),
+        ("policy.backbone", ""),
+    ]:
+        with pytest.raises(ConfigError, match=key.rsplit(".", 1)[-1]):
+            load_config(None, overrides={key: value})
 
 
 def test_legal_sets_tokenize_and_round_trip(fresh: Policy) -> None:

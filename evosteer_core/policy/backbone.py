@@ -12,7 +12,6 @@ import hashlib
 import json
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +27,10 @@ from safetensors.torch import load as load_safetensors
 from safetensors.torch import save as save_safetensors
 from transformers import AutoModelForCausalLM, AutoTokenizer, Cache, LlamaConfig, PreTrainedModel
 
+from evosteer_core.infra.config import PolicyConfig
 from evosteer_core.infra.model_cache import is_complete, publish_folder
 from evosteer_core.infra.seeding import derive_seed
-from evosteer_core.policy.render import RENDERERS, render
+from evosteer_core.policy.render import render
 from evosteer_core.policy.tokenizer import TINY_TOKENIZER_DIR, PolicyTokenizer, load_tiny_tokenizer
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -54,47 +54,6 @@ _COMPLETE_MARK = "evosteer_tiny_complete.json"
 def default_cache_dir() -> Path:
     """``$EVOSTEER_CACHE_DIR`` or ``~/.cache/evosteer``: where built backbones are kept."""
     return Path(os.environ.get("EVOSTEER_CACHE_DIR", Path.home() / ".cache" / "evosteer"))
-
-
-@dataclass(frozen=True)
-class PolicyConfig:
-    """Which backbone, how it is loaded, the LoRA adapter, the renderer, and the seed."""
-
-    backbone: str = "tiny"
-    dtype: str = "float32"
-    device: str = "cpu"
-    lora_r: int = 64
-    lora_alpha: float = 128.0
-    lora_dropout: float = 0.0
-    lora_targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
-    renderer: str = "compact"
-    max_action_tokens: int = 256
-    max_prompt_tokens: int | None = None
-    """Prompt limit; default: the backbone's context length minus ``max_action_tokens``."""
-    seed: int = 0
-    cache_dir: str | None = None
-    """Where tiny/smollm2 folders are built; default ``default_cache_dir()``."""
-    attn_implementation: str = "sdpa"
-
-    def __post_init__(self) -> None:
-        if self.dtype not in DTYPES:
-            raise ValueError(f"PolicyConfig.dtype {self.dtype!r} not in {sorted(DTYPES)}")
-        if self.renderer not in RENDERERS:
-            raise ValueError(f"PolicyConfig.renderer {self.renderer!r} not in {sorted(RENDERERS)}")
-        if self.lora_r < 1:
-            raise ValueError(f"PolicyConfig.lora_r must be >= 1, got {self.lora_r}")
-        if not 0.0 <= self.lora_dropout < 1.0:
-            raise ValueError(
-                f"PolicyConfig.lora_dropout must be in [0, 1), got {self.lora_dropout}"
-            )
-        if not self.lora_targets:
-            raise ValueError("PolicyConfig.lora_targets must name at least one module")
-        if self.max_action_tokens < 2:
-            raise ValueError(
-                f"PolicyConfig.max_action_tokens must be >= 2, got {self.max_action_tokens}"
-            )
-        if not self.backbone:
-            raise ValueError("PolicyConfig.backbone is empty")
 
 
 def _seeded_init(model: PreTrainedModel, seed: int, std: float) -> None:
@@ -141,11 +100,13 @@ def tiny_model_folder(cache_dir: Path, seed: int) -> Path:
     return publish_folder(target, _COMPLETE_MARK, key + "\n", fill)
 
 
-def resolve_backbone(config: PolicyConfig) -> str:
-    """The folder or hub id that ``from_pretrained`` loads for ``config.backbone``."""
-    cache = Path(config.cache_dir) if config.cache_dir else default_cache_dir()
+def resolve_backbone(config: PolicyConfig, seed: int = 0, cache_dir: str | None = None) -> str:
+    """The folder or hub id that ``from_pretrained`` loads for ``config.backbone`` (the tiny
+    backbone's weights are drawn from ``seed``; folders are built under ``cache_dir``, default
+    :func:`default_cache_dir`)."""
+    cache = Path(cache_dir) if cache_dir else default_cache_dir()
     if config.backbone == "tiny":
-        return str(tiny_model_folder(cache / "models", config.seed))
+        return str(tiny_model_folder(cache / "models", seed))
     if config.backbone == "smollm2":
         from evosteer_core.policy.smollm2 import smollm2_hf_folder
 
@@ -234,34 +195,47 @@ class Policy:
         self.load_adapter_state_dict(load_safetensors(data))
 
 
-def load_policy(config: PolicyConfig) -> Policy:
-    """Load the backbone named by ``config`` and wrap it with a freshly initialized LoRA adapter.
+def load_policy(
+    config: PolicyConfig,
+    *,
+    seed: int = 0,
+    cache_dir: str | None = None,
+    attn_implementation: str | None = None,
+) -> Policy:
+    """Load the backbone named by the ``policy`` config section and wrap it with a freshly
+    initialized LoRA adapter (``policy.lora``).
 
-    LoRA A is drawn from a seed derived from ``config.seed``; LoRA B starts at 0, so θ == ρ.
+    LoRA A is drawn from a seed derived from ``seed`` (the run seed); LoRA B starts at 0, so
+    θ == ρ. The prompt limit is min(backbone context, ``policy.context_tokens``) minus
+    ``policy.max_action_tokens``. Attention: eager on CUDA (its fused SDPA backward is not
+    deterministic), SDPA elsewhere, unless ``attn_implementation`` says otherwise.
     """
-    source = resolve_backbone(config)
+    source = resolve_backbone(config, seed, cache_dir)
+    attn = attn_implementation or ("eager" if config.device.startswith("cuda") else "sdpa")
     base = AutoModelForCausalLM.from_pretrained(
-        source, dtype=DTYPES[config.dtype], attn_implementation=config.attn_implementation
+        source, dtype=DTYPES[config.dtype], attn_implementation=attn
     )
     base.to(config.device)
     hf_tokenizer = AutoTokenizer.from_pretrained(source)
     context = int(getattr(base.config, "max_position_embeddings", 0) or 0)
-    max_prompt = config.max_prompt_tokens or context - config.max_action_tokens
-    if max_prompt < 1 or (context and max_prompt + config.max_action_tokens > context):
+    window = min(context, config.context_tokens) if context else config.context_tokens
+    max_prompt = window - config.max_action_tokens
+    if max_prompt < 1:
         raise ValueError(
-            f"prompt limit {max_prompt} + max_action_tokens {config.max_action_tokens} does not fit "
-            f"the backbone context {context} of {source}"
+            f"policy.context_tokens {config.context_tokens} (backbone context {context} of "
+            f"{source}) leaves no room for prompts beside max_action_tokens "
+            f"{config.max_action_tokens}"
         )
     lora = LoraConfig(
-        r=config.lora_r,
-        lora_alpha=config.lora_alpha,
-        lora_dropout=config.lora_dropout,
-        target_modules=list(config.lora_targets),
+        r=config.lora.r,
+        lora_alpha=float(config.lora.alpha),
+        lora_dropout=config.lora.dropout,
+        target_modules=list(config.lora.target_modules),
         bias="none",
         task_type="CAUSAL_LM",
     )
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(derive_seed(config.seed, "lora-init"))
+        torch.manual_seed(derive_seed(seed, "lora-init"))
         model = get_peft_model(base, lora)
     model.eval()
     return Policy(model, PolicyTokenizer(hf_tokenizer, max_prompt), config)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from evosteer_core.infra.config import RunConfig
-from evosteer_core.policy.backbone import Policy, PolicyConfig, load_policy
+from evosteer_core.policy.backbone import Policy, load_policy
 from evosteer_core.policy.sampling import sample_actions
 from evosteer_core.policy.scoring import score_actions, score_and_encode_rho
 
@@ -88,22 +88,4 @@ class Orchestrator:
 
 def build_orchestrator(cfg: RunConfig) -> Orchestrator:
     """Load the configured backbone with a fresh LoRA adapter (LoRA B = 0, so θ = ρ)."""
-    p = cfg.policy
-    return Orchestrator(
-        load_policy(
-            PolicyConfig(
-                backbone=p.backbone,
-                dtype=p.dtype,
-                device=p.device,
-                lora_r=p.lora.r,
-                lora_alpha=float(p.lora.alpha),
-                lora_dropout=p.lora.dropout,
-                lora_targets=tuple(p.lora.target_modules),
-                renderer=p.renderer,
-                max_action_tokens=p.max_action_tokens,
-                seed=cfg.train.seed,
-                # CUDA's fused SDPA backward is not deterministic; eager attention is
-                attn_implementation="eager" if p.device.startswith("cuda") else "sdpa",
-            )
-        )
-    )
+    return Orchestrator(load_policy(cfg.policy, seed=cfg.train.seed))

@@ -32,7 +32,12 @@ from evosteer_core.training.state import TrainState
 
 
 def anchor_config(cfg: RunConfig) -> AnchorConfig:
-    """The anchor statistics' constants: β from ``train``, the rest from ``anchors``."""
+    """The anchor statistics' constants: β from ``train``, the rest from ``anchors``.
+
+    The one place they are assembled: the statistics carry a copy in the checkpoint only so
+    that a state made under other constants is recognised and refused
+    (:func:`check_anchor_constants`); the stages read the session's ``anchors``, which is
+    this function of the run's config."""
     a = cfg.anchors
     kg, kc, kq = a.kappa
     return AnchorConfig(
@@ -107,6 +112,7 @@ class Session:
     flow_head: FlowCorrection
     outcome_heads: OutcomeHeads
     objective: Objective
+    anchors: AnchorConfig
     pool: ShrinkagePool
     buckets: StructuralBuckets
     skills: SkillState
@@ -167,6 +173,7 @@ def open_session(cfg: RunConfig, state: TrainState, world: World | None = None) 
         flow_head=flow,
         outcome_heads=outcome,
         objective=objective,
+        anchors=acfg,
         pool=pool,
         buckets=buckets,
         skills=SkillState.from_dict(state.skills, cfg.skills),

@@ -40,7 +40,7 @@ def update_stage(
     ``train.max_nonfinite_steps``; ``nonfinite_steps`` is the run's count before this step.
     """
     trajectories, decisions = rollouts.trajectories, rollouts.decisions
-    acfg = s.pool.config
+    acfg = s.anchors
     traj = trajectories.set_index("traj_id")
     natural_rho = traj[(traj["arm"] == "rho") & traj["healthy"] & traj["complete"]]
     # anchor AUC: p̂ from the pool *before* this step's rollouts, vs reference success
@@ -163,7 +163,7 @@ class ScoredBatch:
     def batch(self) -> TrajectoryBatch:
         """Pad the scored trajectories into a :class:`TrajectoryBatch` (a fresh leaf Δℓ)."""
         s, scored, d = self._session, self._scored, self.rows
-        acfg = s.pool.config
+        acfg = s.anchors
         # saturate at the float32 range: a finite Δℓ too large for float32 gives an infinite
         # loss (a skipped update) instead of a non-finite input
         big = float(np.finfo(np.float32).max)
