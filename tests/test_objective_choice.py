@@ -18,9 +18,11 @@ from evosteer_core.training.state import TrainState
 
 def test_an_unknown_objective_is_one_clear_config_error():
     with pytest.raises(
-        ConfigError, match=r"train.*objective: expected one of \['anchortb', 'tb'\]"
+        ConfigError,
+        match=r"train.*objective: expected one of "
+        r"\['anchortb', 'grpo', 'ppo', 'tb', 'tempered_tb'\], got 'ctb'",
     ):
-        load_config(None, overrides={"train.objective": "ppo"})
+        load_config(None, overrides={"train.objective": "ctb"})
 
 
 def test_the_session_builds_the_configured_objective():

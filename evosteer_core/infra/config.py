@@ -265,7 +265,8 @@ class AdamWConfig:
 class TrainConfig:
     """The training loop (Alg. 1, Table 3). ``seed`` is the run seed of every derived draw.
 
-    ``objective``: the registered training objective (``anchortb``, ``tb``; docs/objectives.md).
+    ``objective``: the registered training objective (``anchortb``, ``tb``, ``tempered_tb``,
+    ``ppo``, ``grpo``; docs/objectives.md; their settings are the ``objectives`` section).
     ``max_nonfinite_steps``: how many update steps with a non-finite loss or gradient (their
     AdamW step is skipped) a run tolerates; one more stops it (docs/reliability.md).
     """
@@ -304,6 +305,75 @@ class TrainConfig:
             self.objective in names,
             f"objective: expected one of {list(names)}, got {self.objective!r}",
         )
+        need = {"ppo": 1, "grpo": 2}.get(self.objective, 0)
+        _check(
+            self.rollouts_theta >= need,
+            f"rollouts_theta: objective {self.objective!r} trains on θ rollouts and needs at "
+            f"least {need} per record (grpo: the group size), got {self.rollouts_theta}",
+        )
+
+
+@dataclass(frozen=True)
+class PPOConfig:
+    """PPO (docs/objectives.md §8): clip ε, GAE (γ, λ), loss weights, the critic's width."""
+
+    clip: float = 0.2
+    gamma: float = 1.0
+    lam: float = 0.95
+    value_coef: float = 0.5
+    entropy_coef: float = 0.01
+    critic_hidden: int = 128
+
+    def __post_init__(self) -> None:
+        _check(0 < self.clip < 1, f"clip: must be in (0, 1), got {self.clip}")
+        for name in ("gamma", "lam"):
+            v = getattr(self, name)
+            _check(0 <= v <= 1, f"{name}: must be in [0, 1], got {v}")
+        for name in ("value_coef", "entropy_coef"):
+            _check(getattr(self, name) >= 0, f"{name}: must be >= 0, got {getattr(self, name)}")
+        _check(self.critic_hidden > 0, f"critic_hidden: must be > 0, got {self.critic_hidden}")
+
+
+@dataclass(frozen=True)
+class GRPOConfig:
+    """GRPO (docs/objectives.md §9): clip ε and the KL-to-ρ weight; the group size is
+    ``train.rollouts_theta``."""
+
+    clip: float = 0.2
+    kl_coef: float = 0.04
+
+    def __post_init__(self) -> None:
+        _check(0 < self.clip < 1, f"clip: must be in (0, 1), got {self.clip}")
+        _check(self.kl_coef >= 0, f"kl_coef: must be >= 0, got {self.kl_coef}")
+
+
+@dataclass(frozen=True)
+class TemperedTBConfig:
+    """Tempered TB (docs/objectives.md §10): log reward β·log(r + ε)."""
+
+    beta: float = 2.0
+    epsilon: float = 0.01
+
+    def __post_init__(self) -> None:
+        _check(self.beta > 0, f"beta: must be > 0, got {self.beta}")
+        _check(self.epsilon > 0, f"epsilon: must be > 0, got {self.epsilon}")
+
+
+@dataclass(frozen=True)
+class ObjectivesConfig:
+    """Settings of the objectives ``train.objective`` can name (docs/objectives.md), one
+    sub-section each; only the chosen one's is read.
+
+    ``cost_metrics``: add the update's wall-clock cost (``update_ms``, ``update_ms_per_episode``)
+    and the rollout cost (``tokens_per_problem``) to the update metrics. Off by default: the
+    metrics are stored with the update, and wall-clock numbers would make its bytes differ
+    from run to run (the cache and the golden hashes compare bytes).
+    """
+
+    ppo: PPOConfig = field(default_factory=PPOConfig)
+    grpo: GRPOConfig = field(default_factory=GRPOConfig)
+    tempered_tb: TemperedTBConfig = field(default_factory=TemperedTBConfig)
+    cost_metrics: bool = False
 
 
 @dataclass(frozen=True)
@@ -402,6 +472,7 @@ class RunConfig:
     data: DataConfig = field(default_factory=DataConfig)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    objectives: ObjectivesConfig = field(default_factory=ObjectivesConfig)
     anchors: AnchorsConfig = field(default_factory=AnchorsConfig)
     skills: SkillsConfig = field(default_factory=SkillsConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)

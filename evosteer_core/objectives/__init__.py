@@ -18,14 +18,20 @@ from evosteer_core.objectives.base import (
     objective_names,
     register_objective,
 )
+from evosteer_core.objectives.grpo import GRPO
+from evosteer_core.objectives.ppo import PPO
 from evosteer_core.objectives.tb import TrajectoryBalance
+from evosteer_core.objectives.tempered_tb import TemperedTB
 
 __all__ = [
+    "GRPO",
+    "PPO",
     "AnchorTB",
     "GradientSource",
     "Objective",
     "ObjectiveOutput",
     "ScoredTrajectory",
+    "TemperedTB",
     "TrajectoryBalance",
     "TrajectoryBatch",
     "action_coefficients",

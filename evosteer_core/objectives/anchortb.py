@@ -99,7 +99,7 @@ class AnchorTB(Objective):
         self.beta = float(beta)
 
     @classmethod
-    def from_config(cls, cfg: Any) -> AnchorTB:
+    def from_config(cls, cfg: Any, *, hidden_size: int | None = None) -> AnchorTB:
         """β is ``train.beta``, the one β of a run (the anchors' R_β uses it too)."""
         return cls(beta=cfg.train.beta)
 

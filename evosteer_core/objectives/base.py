@@ -36,7 +36,9 @@ class TrajectoryBatch:
     Optional fields (objectives name the ones they need in ``Objective.requires``):
       logp [B, T]: ℓ_θ alone; ref_logp [B, T]: ℓ_ρ; old_logp [B, T]: ℓ at rollout (PPO);
       rewards [B]: r(x) in [0, 1]; group_ids [B] long: GRPO groups (one per record);
-      token_counts [B, T]: tokens per action (per-token normalisation).
+      token_counts [B, T]: tokens per action (per-token normalisation);
+      state_inputs [B, T, D]: a critic's input per decision state ([h_ρ; f] for PPO);
+      action_kinds [B, T] long: the kind of each action (index into the seven kinds).
     """
 
     delta_logp: Tensor
@@ -52,6 +54,8 @@ class TrajectoryBatch:
     rewards: Tensor | None = None
     group_ids: Tensor | None = None
     token_counts: Tensor | None = None
+    state_inputs: Tensor | None = None
+    action_kinds: Tensor | None = None
 
     @property
     def batch_size(self) -> int:
@@ -91,7 +95,10 @@ class TrajectoryBatch:
             "rewards": (n_b,),
             "group_ids": (n_b,),
             "token_counts": (n_b, n_t),
+            "action_kinds": (n_b, n_t),
         }
+        if self.state_inputs is not None:
+            shapes["state_inputs"] = (n_b, n_t, int(self.state_inputs.shape[-1]))
         for name, shape in shapes.items():
             value = getattr(self, name)
             if value is not None and tuple(value.shape) != shape:
@@ -249,11 +256,15 @@ class Objective(nn.Module):
 
     name: ClassVar[str]
     requires: ClassVar[tuple[str, ...]] = ()
+    arms: ClassVar[tuple[str, ...] | None] = None
+    """The rollout arms the objective trains on (None: every healthy, complete trajectory;
+    the on-policy objectives PPO and GRPO train on the θ rollouts only)."""
 
     @classmethod
-    def from_config(cls, cfg: Any) -> Objective:
+    def from_config(cls, cfg: Any, *, hidden_size: int | None = None) -> Objective:
         """The objective a run config (``RunConfig``; objectives import no config module)
-        asks for (default: no settings)."""
+        asks for (default: no settings); ``hidden_size`` is d_h of h_ρ, for objectives with
+        a head over it (PPO's critic)."""
         return cls()
 
     def accumulate(self, source: GradientSource) -> ObjectiveOutput:
@@ -299,9 +310,10 @@ def build_objective(name: str, **kwargs: Any) -> Objective:
     return _registered(name)(**kwargs)
 
 
-def objective_from_config(cfg: Any) -> Objective:
-    """The objective ``train.objective`` names, built from the config."""
-    return _registered(cfg.train.objective).from_config(cfg)
+def objective_from_config(cfg: Any, *, hidden_size: int | None = None) -> Objective:
+    """The objective ``train.objective`` names, built from the config (``hidden_size``: d_h
+    of h_ρ, for objectives with a head over it)."""
+    return _registered(cfg.train.objective).from_config(cfg, hidden_size=hidden_size)
 
 
 def _registered(name: str) -> type[Objective]:

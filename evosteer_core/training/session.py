@@ -156,7 +156,7 @@ def open_session(cfg: RunConfig, state: TrainState, world: World | None = None) 
     flow.load_state_dict(state.flow_head)
     outcome = OutcomeHeads(policy.hidden_size, seed=derive_seed(seed, "outcome_heads"))
     outcome.load_state_dict(state.outcome_heads)
-    objective = objective_from_config(cfg)
+    objective = objective_from_config(cfg, hidden_size=policy.hidden_size)
     if state.objective:
         objective.load_state_dict(state.objective)
     acfg = anchor_config(cfg)
@@ -186,7 +186,7 @@ def init_state(cfg: RunConfig) -> TrainState:
     torch.manual_seed(derive_seed(seed, "torch_global"))
     policy = build_orchestrator(cfg)
     flow = FlowCorrection(policy.hidden_size, seed=derive_seed(seed, "flow_head"))
-    objective = objective_from_config(cfg)
+    objective = objective_from_config(cfg, hidden_size=policy.hidden_size)
     opt = actor_optimizer(cfg, policy, flow, objective)
     acfg = anchor_config(cfg)
     return TrainState(

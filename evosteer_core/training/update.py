@@ -10,15 +10,18 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 
 import numpy as np
 import pandas as pd
 import torch
 
 from evosteer_core.anchors import StateKeys
+from evosteer_core.episode.actions import KINDS, Action
 from evosteer_core.evaluation.ranking import auc
 from evosteer_core.infra.config import RunConfig
 from evosteer_core.objectives import TrajectoryBatch
+from evosteer_core.policy.trie import ActionTrie
 from evosteer_core.training.results import ActorUpdate, Rescored, Rollouts
 from evosteer_core.training.session import Session, actor_optimizer, cpu_state, cpu_tree
 
@@ -57,10 +60,12 @@ def update_stage(
         ).u
         for tid, r in scored.iterrows()
     }
-    source = ScoredBatch(s, scored, decisions, rescored.table, u)
+    trained = trained_trajectories(s, scored, int(trajectories["step"].iloc[0]))
+    source = ScoredBatch(s, trained, decisions, rescored.table, u)
     opt = actor_optimizer(s.cfg, s.policy, s.flow_head, s.objective)
     opt.load_state_dict(optimizer_state)
     opt.zero_grad(set_to_none=True)
+    started = time.perf_counter()
     out = s.objective.accumulate(source)
     params = (
         s.policy.trainable_parameters()
@@ -76,6 +81,7 @@ def update_stage(
         )
     else:
         opt.step()
+    update_s = time.perf_counter() - started
     # this step's visits go to the pending buckets, readable from the next step on
     eligible = scored[scored["arm"] != "theta"]
     by_traj = dict(tuple(decisions.groupby("traj_id", sort=False)))
@@ -95,6 +101,8 @@ def update_stage(
         nonfinite_skipped=float(skipped),
         nonfinite_steps=float(nonfinite_steps),
     )
+    if s.cfg.objectives.cost_metrics:
+        metrics.update(cost_metrics(trajectories, len(trained), update_s))
     return ActorUpdate(
         adapter=s.policy.adapter_state(),
         flow_head=cpu_state(s.flow_head.state_dict()),
@@ -105,6 +113,34 @@ def update_stage(
         metrics=metrics,
         objective=cpu_state(s.objective.state_dict()),
     )
+
+
+def trained_trajectories(s: Session, scored: pd.DataFrame, step: int) -> pd.DataFrame:
+    """The scored trajectories of the arms the objective trains on (all of them for the TB
+    family, the θ rollouts for PPO and GRPO)."""
+    arms = s.objective.arms
+    if arms is None:
+        return scored
+    trained = scored[scored["arm"].isin(arms)]
+    if trained.empty:
+        raise ValueError(
+            f"step {step}: objective {s.objective.name!r} trains on the {'/'.join(arms)} "
+            "rollouts and none of them is healthy and complete"
+        )
+    return trained
+
+
+def cost_metrics(trajectories: pd.DataFrame, episodes: int, update_s: float) -> dict[str, float]:
+    """The objective comparison's cost figures (docs/objectives.md §11): the update's wall time
+    (loss, every backward pass, clipping and the AdamW step) per trained episode, and the
+    rollout's tokens per problem (all of the step's episodes, θ, ρ and paired, over its
+    records)."""
+    return {
+        "update_ms": 1000.0 * update_s,
+        "update_ms_per_episode": 1000.0 * update_s / max(episodes, 1),
+        "tokens_per_problem": float(trajectories["tokens"].sum())
+        / max(trajectories["record_id"].nunique(), 1),
+    }
 
 
 class NonFiniteStepsError(RuntimeError):
@@ -188,7 +224,7 @@ class ScoredBatch:
         c = torch.zeros(n_b, n_t + 1).index_put((row, col), c_states)
         lengths = torch.tensor(scored["n_actions"].to_numpy(), dtype=torch.long)
         rewards = [float(x) for x in scored["reward"]]
-        return TrajectoryBatch(
+        batch = TrajectoryBatch(
             delta_logp=delta,
             action_mask=torch.arange(n_t)[None, :] < lengths[:, None],
             lengths=lengths,
@@ -198,6 +234,60 @@ class ScoredBatch:
             log_reward=torch.tensor([acfg.log_reward(x) for x in rewards], dtype=torch.float32),
             rewards=torch.tensor(rewards, dtype=torch.float32),
         )
+        self._add_required(batch, delta, (row, col), h, f)
+        return batch
+
+    def _add_required(
+        self,
+        batch: TrajectoryBatch,
+        delta: torch.Tensor,
+        where: tuple[torch.Tensor, torch.Tensor],
+        h: torch.Tensor,
+        f: torch.Tensor,
+    ) -> None:
+        """The optional fields the objective names in ``requires``, and only those (the
+        others stay None, so an objective that needs none gets the batch it always got).
+
+        ``logp`` is ℓ_θ = Δℓ + ℓ_ρ with ℓ_ρ a constant: it hangs off the same leaf, so the one
+        :meth:`backprop_actor` pass carries its gradient too. ``old_logp`` is the rollout's
+        ``logp_sample``; ``group_ids`` number the records; ``token_counts`` count the sampled
+        tokens of each action (positions with more than one allowed token, at least 1);
+        ``state_inputs`` are [h_ρ; f]; ``action_kinds`` index ``KINDS``.
+        """
+        need, d = set(self._session.objective.requires), self.rows
+        n_b, n_t = delta.shape
+
+        def per_action(values: torch.Tensor) -> torch.Tensor:
+            return torch.zeros(n_b, n_t, dtype=values.dtype).index_put(where, values)
+
+        if need & {"ref_logp", "logp"}:
+            ref = per_action(torch.tensor(d["logp_rho"].to_numpy(), dtype=torch.float32))
+            batch.ref_logp = ref if "ref_logp" in need else None
+            batch.logp = delta + ref if "logp" in need else None
+        if "old_logp" in need:
+            batch.old_logp = per_action(
+                torch.tensor(d["logp_sample"].to_numpy(), dtype=torch.float32)
+            )
+        if "group_ids" in need:
+            codes = pd.factorize(self._scored["record_id"])[0]
+            batch.group_ids = torch.tensor(codes, dtype=torch.long)
+        if "token_counts" in need:
+            batch.token_counts = per_action(torch.tensor(self._sampled_tokens(), dtype=torch.long))
+        if "state_inputs" in need:
+            x = torch.cat([h, f], dim=1)
+            batch.state_inputs = torch.zeros(n_b, n_t, x.shape[1]).index_put(where, x)
+        if "action_kinds" in need:
+            kinds = [KINDS.index(Action.from_json(a).kind) for a in d["action"]]
+            batch.action_kinds = per_action(torch.tensor(kinds, dtype=torch.long))
+
+    def _sampled_tokens(self) -> list[int]:
+        """Per decision: the positions of its action where the grammar left a choice (≥ 1)."""
+        tok = self._session.policy.policy.tokenizer
+        out = []
+        for text, legal in zip(self.rows["action"], self.rows["legal"], strict=True):
+            trie = ActionTrie(legal, tok)
+            out.append(max(1, sum(len(a) > 1 for a in trie.path_allowed(trie.index_of(text)))))
+        return out
 
     def backprop_actor(self, chunk: int = 64) -> None:
         """Accumulate Σ_t Γ_t ∇_θ ℓ_θ(a_t|s_t) into the LoRA gradients, a micro-batch at a time.
