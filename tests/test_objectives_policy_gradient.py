@@ -14,8 +14,6 @@ from evosteer_core.objectives.grpo import group_advantages
 from evosteer_core.objectives.policy_gradient import clipped_surrogate, k3, kl_to_reference
 from evosteer_core.objectives.ppo import gae
 
-torch.set_default_dtype(torch.float32)
-
 
 def explicit_gae(r: list[float], v: list[float], gamma: float, lam: float) -> list[float]:
     """A_t = Σ_l (γλ)^l δ_{t+l}, δ_t = r_t + γ V_{t+1} − V_t, V_T = 0, written as the sum."""
