@@ -16,13 +16,10 @@ def right_pad(
     pads repeat the row's last position, and are masked out.
     """
     width = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(seqs), width), dtype=torch.long)
-    for i, seq in enumerate(seqs):
-        ids[i, : len(seq)] = torch.tensor(seq, dtype=torch.long)
-        mask[i, : len(seq)] = 1
+    ids = torch.tensor([[*s, *[pad_id] * (width - len(s))] for s in seqs], dtype=torch.long)
+    lengths = torch.tensor([[len(s)] for s in seqs], dtype=torch.long)
+    mask = (torch.arange(width).unsqueeze(0) < lengths).long()
     offsets = torch.tensor(start if start is not None else [0] * len(seqs), dtype=torch.long)
-    lengths = mask.sum(dim=1, keepdim=True)
     steps = torch.minimum(torch.arange(width).unsqueeze(0), (lengths - 1).clamp(min=0))
     return ids, mask, offsets.unsqueeze(1) + steps
 

@@ -15,7 +15,7 @@ import torch
 
 from evosteer_core.policy.backbone import Policy
 from evosteer_core.policy.batch import right_pad
-from evosteer_core.policy.trie import ActionTrie, TrieNode
+from evosteer_core.policy.trie import TrieNode, action_trie
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ def sample_actions(
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
     tok = policy.tokenizer
-    tries = [ActionTrie(actions, tok) for actions in legal]
+    tries = [action_trie(actions, tok) for actions in legal]
     results: list[SampledAction | None] = [None] * len(prompts)
     rows = [i for i, trie in enumerate(tries) if len(trie.legal) > 1]
     for i, trie in enumerate(tries):

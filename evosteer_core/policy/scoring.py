@@ -16,7 +16,7 @@ import torch
 from evosteer_core.policy.backbone import Policy
 from evosteer_core.policy.batch import right_pad, shared_prefix_groups
 from evosteer_core.policy.encode import rms_normalize
-from evosteer_core.policy.trie import ActionTrie
+from evosteer_core.policy.trie import action_trie
 
 DEFAULT_BATCH = 64
 """Decisions per forward pass."""
@@ -80,7 +80,7 @@ def _score(
     tok = policy.tokenizer
     items = []  # (row, prompt ids, action ids, allowed per position)
     for row, (prompt, text, actions) in enumerate(zip(prompts, action_texts, legal, strict=True)):
-        trie = ActionTrie(actions, tok)
+        trie = action_trie(actions, tok)
         index = trie.index_of(text)
         allowed = trie.path_allowed(index)
         if encode or any(len(a) > 1 for a in allowed):

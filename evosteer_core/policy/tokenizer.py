@@ -6,16 +6,55 @@ decode back to its exact text, or the grammar mask could not be trusted.
 
 from __future__ import annotations
 
+from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 from evosteer_core.policy.render import SYSTEM_SEPARATOR
 
+if TYPE_CHECKING:
+    from evosteer_core.policy.trie import ActionTrie
+
 TINY_TOKENIZER_DIR = Path(__file__).resolve().parent.parent / "data" / "tiny_tokenizer"
 """The byte-level BPE trained offline by ``scripts/build_tiny_tokenizer.py``."""
 EOS_TOKEN = "<|endoftext|>"
 PAD_TOKEN = "<|pad|>"
+
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class BoundedMemo(Generic[K, V]):
+    """A least-recently-used memo of a pure function's results, at most ``size`` entries.
+
+    One step encodes each prompt and builds each legal set's trie several times (sampling,
+    the θ and ρ re-scoring, the update); the results depend only on the text, so they are
+    computed once and kept for as long as a step's worth of decisions needs them.
+    """
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._items: OrderedDict[K, V] = OrderedDict()
+
+    def get(self, key: K, compute: Callable[[], V]) -> V:
+        """The value kept for ``key``, or ``compute()`` (kept unless it raises)."""
+        try:
+            self._items.move_to_end(key)
+            return self._items[key]
+        except KeyError:
+            value = compute()
+            self._items[key] = value
+            if len(self._items) > self.size:
+                self._items.popitem(last=False)
+            return value
+
+
+MEMO_SIZE = 8192
+"""Prompts (and legal sets) kept per tokenizer: more than a paper-shape step has decisions."""
 
 
 class TokenizationError(ValueError):
@@ -44,6 +83,10 @@ class PolicyTokenizer:
         )
         self.max_prompt_tokens = max_prompt_tokens
         self._action_cache: dict[str, tuple[int, ...]] = {}
+        self._prompts: BoundedMemo[tuple[str, int], tuple[int, ...]] = BoundedMemo(MEMO_SIZE)
+        self._systems: BoundedMemo[str, list[int]] = BoundedMemo(64)
+        self.tries: BoundedMemo[tuple[str, ...], ActionTrie] = BoundedMemo(MEMO_SIZE)
+        """Legal set → its ``ActionTrie`` (filled by ``trie.action_trie``)."""
 
     def _ids(self, text: str) -> list[int]:
         return list(self.hf.encode(text, add_special_tokens=False))
@@ -52,12 +95,18 @@ class PolicyTokenizer:
         """Prompt ids; beyond ``max_prompt_tokens`` the body is cut from the left, system kept.
 
         The system text is everything up to and including the first ``SYSTEM_SEPARATOR``; it and
-        the body are tokenized separately so truncation never splits a token.
+        the body are tokenized separately so truncation never splits a token. Results are
+        memoized per (prompt, limit); the caller gets its own list.
         """
+        key = (prompt, self.max_prompt_tokens)
+        return list(self._prompts.get(key, lambda: tuple(self._encode_prompt(prompt))))
+
+    def _encode_prompt(self, prompt: str) -> list[int]:
         if not prompt:
             raise TokenizationError("empty prompt")
         head, sep, body = prompt.partition(SYSTEM_SEPARATOR)
-        system_ids = self._ids(head + sep) if sep else []
+        system = head + sep
+        system_ids = self._systems.get(system, lambda: self._ids(system)) if sep else []
         body_ids = self._ids(body if sep else prompt)
         room = self.max_prompt_tokens - len(system_ids)
         if room <= 0:

@@ -7,23 +7,31 @@ another; a leaf (reached by EOS) names the action it spells.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 from evosteer_core.policy.tokenizer import PolicyTokenizer
 
 
-@dataclass
 class TrieNode:
-    """One decoding position: the allowed next tokens, or the finished action at a leaf."""
+    """One decoding position: the allowed next tokens, or the finished action at a leaf.
 
-    children: dict[int, TrieNode] = field(default_factory=dict)
-    action: int = -1
-    """Index into the legal list at a leaf (after EOS), else -1."""
+    A trie is not changed after it is built (tries are shared through :func:`action_trie`), so
+    the sorted allowed set is computed once, when it is first asked for.
+    """
+
+    __slots__ = ("children", "action", "_allowed")
+
+    def __init__(self) -> None:
+        self.children: dict[int, TrieNode] = {}
+        self.action = -1
+        """Index into the legal list at a leaf (after EOS), else -1."""
+        self._allowed: tuple[int, ...] | None = None
 
     @property
     def allowed(self) -> tuple[int, ...]:
         """Allowed next token ids, sorted."""
-        return tuple(sorted(self.children))
+        if self._allowed is None:
+            self._allowed = tuple(sorted(self.children))
+        return self._allowed
 
 
 class ActionTrie:
@@ -42,10 +50,14 @@ class ActionTrie:
             for token in ids:
                 if node.action >= 0:
                     raise ValueError(f"action {self.legal[node.action]!r} is a prefix of another")
-                node = node.children.setdefault(token, TrieNode())
+                child = node.children.get(token)
+                if child is None:
+                    child = node.children[token] = TrieNode()
+                node = child
             if node.children or node.action >= 0:
                 raise ValueError(f"action {legal[index]!r} is not prefix-free in the trie")
             node.action = index
+        self._paths: dict[int, tuple[tuple[int, ...], ...]] = {}
 
     def index_of(self, text: str) -> int:
         """Position of ``text`` in the legal list; a clear error if it is not legal."""
@@ -58,8 +70,18 @@ class ActionTrie:
 
     def path_allowed(self, index: int) -> tuple[tuple[int, ...], ...]:
         """The allowed-token set at each position of action ``index``'s token sequence."""
-        node, out = self.root, []
-        for token in self.sequences[index]:
-            out.append(node.allowed)
-            node = node.children[token]
-        return tuple(out)
+        path = self._paths.get(index)
+        if path is None:
+            node, out = self.root, []
+            for token in self.sequences[index]:
+                out.append(node.allowed)
+                node = node.children[token]
+            path = self._paths[index] = tuple(out)
+        return path
+
+
+def action_trie(legal: Sequence[str], tokenizer: PolicyTokenizer) -> ActionTrie:
+    """The trie of ``legal``, built once per legal set and tokenizer (``tokenizer.tries``):
+    sampling, both re-scorings and the update of a step all ask for the same decisions'."""
+    key = tuple(legal)
+    return tokenizer.tries.get(key, lambda: ActionTrie(key, tokenizer))
