@@ -21,7 +21,7 @@ from evosteer_core.episode.actions import KINDS, Action
 from evosteer_core.evaluation.ranking import auc
 from evosteer_core.infra.config import RunConfig
 from evosteer_core.objectives import TrajectoryBatch
-from evosteer_core.policy.trie import ActionTrie
+from evosteer_core.policy.trie import action_trie
 from evosteer_core.training.results import ActorUpdate, Rescored, Rollouts
 from evosteer_core.training.session import Session, actor_optimizer, cpu_state, cpu_tree
 
@@ -285,7 +285,7 @@ class ScoredBatch:
         tok = self._session.policy.policy.tokenizer
         out = []
         for text, legal in zip(self.rows["action"], self.rows["legal"], strict=True):
-            trie = ActionTrie(legal, tok)
+            trie = action_trie(legal, tok)
             out.append(max(1, sum(len(a) > 1 for a in trie.path_allowed(trie.index_of(text)))))
         return out
 
