@@ -149,8 +149,11 @@ def _tracking_summary(cfg: RunConfig, mlflow_run: str) -> list[str]:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    cfg = _config(args)
+    from evosteer_core.episode.world import stage_data
     from evosteer_flyte.workflows.train import train
+
+    # benchmark files go into the store first: the run id holds their tables' hashes
+    cfg = stage_data(_config(args))
 
     run_id = run_id_for(cfg)
     index = RunIndex(open_store(cfg.store.root, cfg.store.s3_endpoint), run_id)

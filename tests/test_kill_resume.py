@@ -148,7 +148,7 @@ def test_kill_9_at_every_task_boundary_of_a_step_then_resume_is_bit_identical(
     assert f"Final state:    {expected[2]['state']}" in final
     assert _artifact_hashes(open_store(str(root)), run_id_for(cfg)) == expected
 
-    # a cached object deleted from the store: the next train names it in one line
+    # a cached object deleted from the store: the next train names it and the cure in one line
     ref = RunIndex(open_store(str(root)), run_id_for(cfg)).lookup(2, "update")
     (root / object_key(ref.sha256)).unlink()
     assert cli_main(argv) == 1
@@ -157,10 +157,9 @@ def test_kill_9_at_every_task_boundary_of_a_step_then_resume_is_bit_identical(
         for ln in capsys.readouterr().err.replace("\r", "\n").splitlines()
         if ln.startswith("evosteer")
     ]
-    assert (
-        line.startswith("evosteer train: MissingArtifactError in task ") and "record_step" in line
-    )
-    assert line.endswith(f": artifact {ref.uri} not found in {root}")
+    assert line.startswith("evosteer train: StaleCacheError in task ") and "record_step" in line
+    assert f"step 2: 'update' ({ref.sha256[:12]}) not in the store {root}: " in line
+    assert "pyflyte local-cache clear" in line
 
 
 STALL_S = 4.0

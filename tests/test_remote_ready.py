@@ -38,6 +38,17 @@ GPU_TASKS = {
 STATE = ArtifactRef("s3://evosteer-artifacts/paper/objects/00/" + "0" * 64, "0" * 64)
 
 
+@pytest.fixture(autouse=True)
+def _no_store(monkeypatch):
+    """Compiling must not reach the paper config's S3 bucket or its benchmark files (they are
+    in the store of a real launch): the store id and the staged tables are stand-ins."""
+    from evosteer_flyte.tasks import spec as spec_module
+
+    monkeypatch.setattr(spec_module, "store_id", lambda store: "paper-store")
+    monkeypatch.setattr(eval_wf, "open_store", lambda root, endpoint=None: None)
+    monkeypatch.setattr(eval_wf, "stage_benchmark_records", lambda cfg, store, b, p: STATE)
+
+
 def _settings() -> SerializationSettings:
     return SerializationSettings(
         image_config=image_config(PAPER), project="evosteer", domain="development", version="v1"
@@ -121,11 +132,12 @@ def _compile_dynamic(dyn, **kwargs):
 
 def test_240_step_train_stays_within_the_per_dynamic_node_guidance(monkeypatch):
     assert PAPER.train.steps == 240
-    # the body checks the benchmark files first; they are in the pod, not in this checkout
-    checked = []
+    # the body stages and checks the benchmark files first; they are not in this checkout
+    staged, checked = [], []
+    monkeypatch.setattr(train_wf, "stage_data", lambda cfg: staged.append(cfg) or cfg)
     monkeypatch.setattr(train_wf, "load_records", checked.append)
     outer = _compile_dynamic(train_wf.train, config_yaml=PAPER.to_yaml(), steps=0, rollout_shards=4)
-    assert [c.data for c in checked] == [PAPER.data]
+    assert [c.data for c in staged] == [c.data for c in checked] == [PAPER.data]
     chunks = train_wf.chunks(240)
     assert len(outer.nodes) == len(chunks) + train_wf.OUTER_NODES
     assert len(outer.nodes) < train_wf.MAX_NODES_PER_DYNAMIC

@@ -194,3 +194,24 @@ def read_task_table(path: str | Path) -> list[TaskRecord]:
     else:
         frame = pd.read_json(path, orient="records", lines=True, dtype=False)
     return frame_to_records(frame)
+
+
+def task_table_bytes(records: Iterable[TaskRecord]) -> bytes:
+    """The validated task table as canonical JSON lines (one record a line, keys sorted): the
+    bytes a benchmark is stored as, so equal records give equal hashes whatever file
+    formatting they came from."""
+    frame = records_to_frame(records)
+    lines = [
+        json.dumps(row, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        for row in frame.to_dict("records")
+    ]
+    return ("\n".join(lines) + "\n").encode("utf-8")
+
+
+def records_from_table_bytes(data: bytes) -> list[TaskRecord]:
+    """The records of :func:`task_table_bytes` output, validated again on the way in."""
+    rows = [json.loads(line) for line in data.decode("utf-8").splitlines() if line]
+    frame = pd.DataFrame(rows, columns=list(COLUMNS))
+    for name in ("answers", "choices", "meta"):
+        frame[name] = frame[name].astype(object)
+    return frame_to_records(frame)

@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import os
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from evosteer_core.benchmarks.loaders import CONVERTERS, DEFAULT_FILES, GENERATED, load_benchmark
 from evosteer_core.benchmarks.rewards import evaluate
+from evosteer_core.benchmarks.schema import records_from_table_bytes, task_table_bytes
 from evosteer_core.episode.records import TaskRecord
 from evosteer_core.episode.roles import Catalogue, default_catalogue
 from evosteer_core.episode.runtime import Evaluator
 from evosteer_core.executors.base import Executor
-from evosteer_core.infra.artifacts import open_store
+from evosteer_core.infra.artifacts import ArtifactRef, ArtifactStore, open_store
 from evosteer_core.infra.config import BenchmarkSlice, RetrieverConfig, RunConfig, StoreConfig
 from evosteer_core.infra.configio import ConfigError
 from evosteer_core.tools import sandbox
@@ -151,24 +152,79 @@ def check_executor_support(
             ) from None
 
 
-def load_slices(slices: tuple[BenchmarkSlice, ...], key: str) -> list[TaskRecord]:
+def stage_benchmark(store: ArtifactStore, name: str, path: str | None) -> ArtifactRef:
+    """Load benchmark ``name`` from ``path`` (or its built-in data) once, validate every row
+    (``load_benchmark``: the pandera task-table schema) and store it as a content-addressed
+    task table (``schema.task_table_bytes``)."""
+    return store.put_bytes(task_table_bytes(load_benchmark(name, path)), f"{name}.tasks.jsonl")
+
+
+def stage_records(store: ArtifactStore, records: list[TaskRecord], name: str) -> ArtifactRef:
+    """Store already loaded records as a validated task table."""
+    return store.put_bytes(task_table_bytes(records), f"{name}.tasks.jsonl")
+
+
+def stored_records(store: ArtifactStore, ref: ArtifactRef) -> list[TaskRecord]:
+    """The records of a stored task table (hash-checked by the store, schema-checked here)."""
+    return records_from_table_bytes(store.get_bytes(ref))
+
+
+def stage_data(cfg: RunConfig) -> RunConfig:
+    """``cfg`` with every benchmark slice given as a ``ref`` into the run's store: each file
+    is read and validated once, where the run is launched (a pod sees only the store: a file
+    that is not there fails here, as any bad file does), and a file two slices share is
+    stored once. Slices that already have a ref are kept; a sim
+    config comes back unchanged."""
+    if cfg.data.source == "sim":
+        return cfg
+    store = open_store(cfg.store.root, cfg.store.s3_endpoint)
+    staged: dict[tuple[str, str | None], ArtifactRef] = {}
+
+    def stage(sl: BenchmarkSlice, where: str) -> BenchmarkSlice:
+        if sl.ref is not None:
+            return sl
+        _check_slice(sl, where)
+        key = (sl.name, sl.path)
+        if key not in staged:
+            staged[key] = stage_benchmark(store, sl.name, sl.path)
+        return replace(sl, ref=staged[key])
+
+    data = replace(
+        cfg.data,
+        train=tuple(stage(sl, f"data.train[{i}]") for i, sl in enumerate(cfg.data.train)),
+        heldout=tuple(stage(sl, f"data.heldout[{i}]") for i, sl in enumerate(cfg.data.heldout)),
+    )
+    return replace(cfg, data=data)
+
+
+def _check_slice(sl: BenchmarkSlice, where: str) -> None:
+    if sl.name not in CONVERTERS:
+        known = ", ".join(sorted(CONVERTERS))
+        raise ConfigError("<config>", f"{where}.name", f"unknown benchmark {sl.name!r} ({known})")
+    if sl.path is None and sl.name not in DEFAULT_FILES and sl.name not in GENERATED:
+        raise ConfigError("<config>", f"{where}.path", f"benchmark {sl.name!r} needs a file")
+
+
+def load_slices(
+    slices: tuple[BenchmarkSlice, ...], key: str, store: StoreConfig
+) -> list[TaskRecord]:
     """The records of each benchmark slice of config list ``key``, in order.
 
-    Every row of each file is read and checked (a bad row fails with ``file:line: field``),
+    A slice with a ``ref`` is read from the store's task table; one without is read from its
+    file. Either way every row is checked (a bad file row fails with ``file:line: field``),
     and a slice must be loadable and select at least one row (else a ConfigError naming the
     slice's key).
     """
     records: list[TaskRecord] = []
+    opened: ArtifactStore | None = None
     for i, sl in enumerate(slices):
         where = f"{key}[{i}]"
-        if sl.name not in CONVERTERS:
-            known = ", ".join(sorted(CONVERTERS))
-            raise ConfigError(
-                "<config>", f"{where}.name", f"unknown benchmark {sl.name!r} ({known})"
-            )
-        if sl.path is None and sl.name not in DEFAULT_FILES and sl.name not in GENERATED:
-            raise ConfigError("<config>", f"{where}.path", f"benchmark {sl.name!r} needs a file")
-        rows = load_benchmark(sl.name, sl.path)
+        _check_slice(sl, where)
+        if sl.ref is None:
+            rows = load_benchmark(sl.name, sl.path)
+        else:
+            opened = opened or open_store(store.root, store.s3_endpoint)
+            rows = stored_records(opened, sl.ref)
         if sl.offset >= len(rows):
             raise ConfigError(
                 "<config>",
@@ -191,8 +247,8 @@ def load_records(cfg: RunConfig) -> tuple[list[TaskRecord], list[TaskRecord]]:
         train = make_sim_suite(sim.n_train_per_family, sim.seed, "train")
         heldout = make_sim_suite(sim.n_heldout_per_family, sim.seed, "heldout")
         return train, heldout
-    train = load_slices(cfg.data.train, "data.train")
-    heldout = load_slices(cfg.data.heldout, "data.heldout")
+    train = load_slices(cfg.data.train, "data.train", cfg.store)
+    heldout = load_slices(cfg.data.heldout, "data.heldout", cfg.store)
     overlap = {r.record_id for r in train} & {r.record_id for r in heldout}
     if overlap:
         raise ConfigError(

@@ -8,7 +8,8 @@ import pandas as pd
 from evosteer_core.benchmarks.loaders import load_benchmark
 from evosteer_core.episode.records import FAMILIES, TaskRecord
 from evosteer_core.episode.rollout import EpisodePlan, collect_rollouts
-from evosteer_core.episode.world import build_world
+from evosteer_core.episode.world import load_records, stage_records
+from evosteer_core.infra.artifacts import ArtifactRef, ArtifactStore
 from evosteer_core.infra.config import RunConfig
 from evosteer_core.infra.seeding import derive_seed
 from evosteer_core.training.session import Session, open_session
@@ -46,21 +47,29 @@ def evaluate_policy(
 
 
 def benchmark_records(cfg: RunConfig, benchmark: str, path: str) -> list[TaskRecord]:
-    """A real benchmark file (``path``) or, with no path, the sim suite's held-out records of
-    the family ``benchmark``."""
+    """A real benchmark file (``path``, read and validated) or, with no path, the held-out
+    records of the family ``benchmark`` (the sim suite's, or the config's held-out slices)."""
     if path:
         return load_benchmark(benchmark, path)
     if benchmark not in FAMILIES:
         raise ValueError(f"benchmark {benchmark!r} needs a file path; sim families: {FAMILIES}")
-    return [r for r in build_world(cfg).heldout_records if r.family == benchmark]
+    return [r for r in load_records(cfg)[1] if r.family == benchmark]
+
+
+def stage_benchmark_records(
+    cfg: RunConfig, store: ArtifactStore, benchmark: str, path: str
+) -> ArtifactRef:
+    """:func:`benchmark_records`, loaded once where the evaluation is launched and stored as a
+    validated task table: the evaluation tasks read (and are cached on) this artifact, never
+    the path."""
+    return stage_records(store, benchmark_records(cfg, benchmark, path), benchmark)
 
 
 def benchmark_scores(
-    cfg: RunConfig, state: TrainState, benchmark: str, path: str, runs: int
+    cfg: RunConfig, state: TrainState, benchmark: str, records: list[TaskRecord], runs: int
 ) -> list[float]:
-    """Mean reward of the frozen π_θ of ``state`` on one benchmark, once per run (each run
-    with its own seeds, tagged ``eval/<benchmark>/<k>``)."""
-    records = benchmark_records(cfg, benchmark, path)
+    """Mean reward of the frozen π_θ of ``state`` on one benchmark's ``records``, once per run
+    (each run with its own seeds, tagged ``eval/<benchmark>/<k>``)."""
     s = open_session(cfg, state)
     return [
         evaluate_policy(s, records, use_adapter=True, runs=1, tag=f"eval/{benchmark}/{k}")

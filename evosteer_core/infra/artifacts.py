@@ -19,6 +19,7 @@ import json
 import os
 import re
 import tempfile
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -101,6 +102,62 @@ def describe_storage_error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {redact_text(first[:300])}"
 
 
+_TRANSIENT_ERRNOS = frozenset(
+    getattr(errno, name)
+    for name in (
+        "ETIMEDOUT",
+        "ECONNRESET",
+        "ECONNREFUSED",
+        "ECONNABORTED",
+        "EHOSTUNREACH",
+        "ENETUNREACH",
+        "ENETDOWN",
+        "EPIPE",
+        "EAGAIN",
+        "EINTR",
+        "EIO",
+        "ESTALE",
+    )
+    if hasattr(errno, name)
+)
+"""OS errors of a network or a shared file system that pass: timeouts, lost connections,
+I/O errors, stale NFS handles. A full disk, a read-only root or a denied permission stay."""
+
+_TRANSIENT_S3_CODES = frozenset(
+    {
+        "500",
+        "502",
+        "503",
+        "504",
+        "InternalError",
+        "ServiceUnavailable",
+        "SlowDown",
+        "RequestTimeout",
+        "Throttling",
+        "ThrottlingException",
+        "RequestLimitExceeded",
+    }
+)
+"""S3 error codes of a service that is overloaded or failing, not of a wrong request."""
+
+
+def is_transient_storage_error(exc: BaseException) -> bool:
+    """True for an infrastructure failure worth retrying: a timeout or lost connection (OS or
+    botocore), or an S3 server-side/throttling code. False for what the config or the
+    environment gets wrong: a missing bucket, bad credentials, a denied or read-only path, a
+    full disk."""
+    from botocore.exceptions import ClientError, HTTPClientError, IncompleteReadError
+    from botocore.exceptions import ConnectionError as BotoConnectionError
+
+    if isinstance(exc, BotoConnectionError | HTTPClientError | IncompleteReadError):
+        return True  # endpoint unreachable, connect/read timeouts, closed connections
+    if isinstance(exc, ClientError):
+        return str(exc.response.get("Error", {}).get("Code", "")) in _TRANSIENT_S3_CODES
+    if isinstance(exc, TimeoutError | ConnectionError):
+        return True
+    return isinstance(exc, OSError) and exc.errno in _TRANSIENT_ERRNOS
+
+
 class StoreError(OSError):
     """A storage or OS failure of one store operation, in one line: the store root, the
     operation and the cause. An ``OSError`` so callers that catch those still do."""
@@ -117,6 +174,12 @@ class StoreError(OSError):
     def __str__(self) -> str:
         # flytekit prefixes ``args`` when a task fails locally; keep ``str`` the one line.
         return self.line
+
+    @property
+    def transient(self) -> bool:
+        """Whether the cause is an infrastructure failure that a later attempt may not meet
+        (:func:`is_transient_storage_error`); a store the config gets wrong is not."""
+        return is_transient_storage_error(self.cause)
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.root, self.operation, self.cause))
@@ -457,8 +520,30 @@ class S3Store:
         return sorted(keys)
 
 
+SUPPORTED_SCHEMES = ("s3", "file")
+"""URL schemes a store root may have; a root without one is a local path."""
+
+_SCHEME_RE = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+
+
+def unsupported_scheme(root: str) -> str | None:
+    """Why ``root`` names no store we serve (its URL scheme has no backend), or None. Without
+    the check ``gs://b`` would silently become the local folder ``./gs:/b``."""
+    match = _SCHEME_RE.match(root)
+    if match is None or match.group(1).lower() in SUPPORTED_SCHEMES:
+        return None
+    return (
+        f"the scheme {match.group(1)!r} is not supported; use a local path, file://PATH or "
+        "s3://BUCKET/PREFIX (for another object store, its S3-compatible endpoint in "
+        "store.s3_endpoint)"
+    )
+
+
 def open_store(root: str, endpoint: str | None = None) -> ArtifactStore:
-    """``s3://bucket/prefix`` -> S3Store; anything else (a path or file:// URI) -> LocalStore."""
+    """``s3://bucket/prefix`` -> S3Store; a path or file:// URI -> LocalStore; any other
+    scheme is refused in one line (:func:`unsupported_scheme`)."""
+    if (why := unsupported_scheme(root)) is not None:
+        raise ValueError(f"store root {redact_url(root)!r}: {why}")
     if root.startswith("s3://"):
         bucket, _, prefix = root[len("s3://") :].partition("/")
         if not bucket:
@@ -467,6 +552,41 @@ def open_store(root: str, endpoint: str | None = None) -> ArtifactStore:
     if root.startswith("file://"):
         root = root[len("file://") :]
     return LocalStore(root)
+
+
+# --- store identity -----------------------------------------------------------------------
+
+STORE_ID_ENTRY = "store.json"
+"""The entry holding a store's identity, written once when the store is first used."""
+
+
+def store_id(store: ArtifactStore) -> str:
+    """The store's identity: a random id written into the store the first time it is asked
+    for, then read back.
+
+    It names the store, not where it is reached: a moved or copied folder, or a bucket reached
+    through another endpoint, keeps its id (and its objects); another folder or bucket has its
+    own. Cache keys hold it (``evosteer_flyte.tasks.spec.RunSpec``), so a cached ref can only
+    come back in a store that was written under the same id.
+    """
+    try:
+        return _read_store_id(store)
+    except MissingArtifactError:
+        pass
+    store.write_entry(STORE_ID_ENTRY, canonical_json({"store_id": uuid.uuid4().hex}))
+    return _read_store_id(store)  # two first writers race: both go on with the stored one
+
+
+def _read_store_id(store: ArtifactStore) -> str:
+    data = json.loads(store.read_entry(STORE_ID_ENTRY))
+    if not isinstance(data, dict) or not isinstance(data.get("store_id"), str):
+        raise ValueError(f'{store.root}/{STORE_ID_ENTRY}: expected {{"store_id": TEXT}}')
+    return data["store_id"]
+
+
+def missing_refs(store: ArtifactStore, refs: dict[str, ArtifactRef]) -> list[str]:
+    """The names in ``refs`` whose objects are not in ``store`` (in the given order)."""
+    return [name for name, ref in refs.items() if not store.exists(ref)]
 
 
 # --- run index ----------------------------------------------------------------------------

@@ -26,13 +26,26 @@ def config_hash(cfg: RunConfig) -> str:
 
     Left out: the operational keys (moving a run to another bucket or tracking server is the
     same run) and ``train.steps`` (no step depends on how many follow it, so extending a run
-    from 3 to 4 steps keeps the cache keys of steps 1–3). URLs are hashed redacted
-    (:meth:`RunConfig.public_dict`): a changed password is the same run, and the stored config
+    from 3 to 4 steps keeps the cache keys of steps 1–3). A staged benchmark slice is hashed by
+    its task table's sha256, not its path, so new data under an old path is a new run. URLs
+    are hashed redacted (:meth:`RunConfig.public_dict`): a changed password is the same run, and the stored config
     hashes as the run does.
     """
     data = {k: v for k, v in cfg.public_dict().items() if k not in OPERATIONAL_KEYS}
     data["train"] = {k: v for k, v in data["train"].items() if k != "steps"}
+    for split in ("train", "heldout"):
+        data["data"][split] = [_slice_identity(sl) for sl in data["data"][split]]
     return hashlib.sha256(canonical_json(data)).hexdigest()
+
+
+def _slice_identity(sl: dict) -> dict:
+    """What a benchmark slice contributes to the hash: with a stored task table (``ref``), its
+    sha256 and the slice bounds (where the file or the store was is not the run); without one,
+    the slice as written (so a config hashes as it did before slices had refs)."""
+    ref = sl.get("ref")
+    if ref is None:
+        return {k: v for k, v in sl.items() if k != "ref"}
+    return {**{k: v for k, v in sl.items() if k not in ("ref", "path")}, "sha256": ref["sha256"]}
 
 
 def run_id_for(cfg: RunConfig) -> str:

@@ -1,11 +1,13 @@
-"""Evaluation tasks: one benchmark × N runs of a frozen checkpoint, and the summary table."""
+"""Evaluation tasks: one benchmark (a stored task table) × N runs of a frozen checkpoint, and the
+summary table."""
 
 from flytekit import Cache, task
 
+from evosteer_core.episode.world import stored_records
 from evosteer_core.evaluation.rollouts import benchmark_scores
 from evosteer_core.evaluation.tables import summarize
 from evosteer_core.infra.artifacts import ArtifactRef, put_json
-from evosteer_flyte.tasks.errors import executor_outage_is_recoverable
+from evosteer_flyte.tasks.errors import infrastructure_is_recoverable
 from evosteer_flyte.tasks.resources import (
     CACHE_VERSION,
     CPU_IMAGE,
@@ -15,7 +17,7 @@ from evosteer_flyte.tasks.resources import (
     LIGHT_RESOURCES,
     RETRIES,
 )
-from evosteer_flyte.tasks.spec import RunSpec, load
+from evosteer_flyte.tasks.spec import RunSpec, load, require_stored
 from evosteer_flyte.tasks.tracking_tasks import _tracker
 
 
@@ -27,16 +29,26 @@ from evosteer_flyte.tasks.tracking_tasks import _tracker
     limits=GPU_RESOURCES,
     accelerator=GPU_ACCELERATOR,
 )
+@infrastructure_is_recoverable()
 def evaluate_benchmark(
-    spec: RunSpec, config_yaml: str, state: ArtifactRef, benchmark: str, path: str, runs: int
+    spec: RunSpec,
+    config_yaml: str,
+    state: ArtifactRef,
+    benchmark: str,
+    records: ArtifactRef,
+    runs: int,
 ) -> list[float]:
-    """Mean reward of the frozen π_θ on one benchmark, once per run (run-seeded draws)."""
+    """Mean reward of the frozen π_θ on one benchmark, once per run (run-seeded draws);
+    ``records`` is the benchmark's task table in the store, so the cache keys on its hash."""
     cfg, io = load(spec, config_yaml)
-    with executor_outage_is_recoverable():
-        return benchmark_scores(cfg, io.get_state(state), benchmark, path, runs)
+    require_stored(io.store, {"state": state, "records": records}, f"evaluate {benchmark}")
+    return benchmark_scores(
+        cfg, io.get_state(state), benchmark, stored_records(io.store, records), runs
+    )
 
 
 @task(retries=RETRIES, container_image=CPU_IMAGE, requests=LIGHT_RESOURCES, limits=LIGHT_RESOURCES)
+@infrastructure_is_recoverable()
 def summarize_evaluation(
     spec: RunSpec,
     config_yaml: str,

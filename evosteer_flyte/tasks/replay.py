@@ -7,6 +7,7 @@ from flytekit import task
 from evosteer_core.infra.artifacts import open_store
 from evosteer_core.infra.runs import run_config
 from evosteer_core.pipeline.replay import replay_step as replay_core
+from evosteer_flyte.tasks.errors import infrastructure_is_recoverable
 from evosteer_flyte.tasks.resources import GPU_ACCELERATOR, GPU_IMAGE, GPU_RESOURCES, RETRIES
 
 
@@ -28,6 +29,7 @@ class ReplayResult:
     limits=GPU_RESOURCES,
     accelerator=GPU_ACCELERATOR,
 )
+@infrastructure_is_recoverable()
 def replay_step(store_root: str, s3_endpoint: str, run_id: str, step: int) -> ReplayResult:
     """Recompute ``step`` of ``run_id`` from the recorded inputs in the store at ``store_root``."""
     store = open_store(store_root, s3_endpoint or None)

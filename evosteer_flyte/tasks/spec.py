@@ -2,14 +2,23 @@
 
 Inputs and outputs are dataclasses of plain fields. Payloads never travel inline: tasks exchange
 :class:`~evosteer_core.infra.artifacts.ArtifactRef` values pointing into the content-addressed store,
-so a cache hit can never point at a deleted flytekit temp file.
+so a cache hit can never point at a deleted flytekit temp file; one that points at an object
+deleted from the store is caught by :func:`require_stored`.
 """
 
 from dataclasses import dataclass
 
-from evosteer_core.infra.artifacts import ArtifactStore, open_store
+from evosteer_core.infra.artifacts import (
+    ArtifactRef,
+    ArtifactStore,
+    MissingArtifactError,
+    missing_refs,
+    open_store,
+    store_id,
+)
 from evosteer_core.infra.config import RunConfig, config_from_dict
 from evosteer_core.infra.configio import parse_yaml
+from evosteer_core.infra.redact import redact_url
 from evosteer_core.infra.runs import config_hash, run_id_for
 from evosteer_core.pipeline.stage_io import StepStore
 
@@ -18,38 +27,69 @@ from evosteer_core.pipeline.stage_io import StepStore
 class RunSpec:
     """Identity of a run as the cache sees it.
 
-    ``config_hash`` covers everything a step computes (``runs.config_hash``: no
-    operational keys, no ``train.steps``); ``store_root`` is in the key because cached refs point
-    into that store. The config text itself travels beside the spec as an input the cache
-    ignores, so extending a run's steps keeps the keys of the steps already done.
+    ``config_hash`` covers everything a step computes (``runs.config_hash``: no operational
+    keys, no ``train.steps``); ``store_id`` is the store's identity (``artifacts.store_id``),
+    not its location: cached refs are only good in the store they were written to, and a
+    moved store folder or another endpoint of the same bucket is still that store, while
+    another clone's ``runs`` folder is not. The config text travels beside the spec as an input
+    the cache ignores (its hash is here; it also says where the store is), so extending a
+    run's steps keeps the keys of the steps already done.
     """
 
     run_id: str
     config_hash: str
     seed: int
-    store_root: str
-    s3_endpoint: str = ""
+    store_id: str
 
 
 def make_spec(cfg: RunConfig) -> RunSpec:
+    """The spec of ``cfg``'s run in its store (which gets its id now if it has none)."""
     return RunSpec(
         run_id=run_id_for(cfg),
         config_hash=config_hash(cfg),
         seed=cfg.train.seed,
-        store_root=cfg.store.root,
-        s3_endpoint=cfg.store.s3_endpoint or "",
+        store_id=store_id(open_store(cfg.store.root, cfg.store.s3_endpoint)),
     )
 
 
+class SpecMismatchError(ValueError):
+    """The config a task was given is not the one its run spec (its cache key) was made of."""
+
+
 def load(spec: RunSpec, config_yaml: str) -> tuple[RunConfig, StepStore]:
-    """The config (checked against the spec's hash) and the run's store."""
+    """The config and the run's store, both checked against the spec: the config must hash to
+    the spec's hash and its store must be the spec's store (else the cache key and the work
+    would describe different runs)."""
     cfg = config_from_dict(parse_yaml(config_yaml, "<config_yaml>"), "<config_yaml>")
     if config_hash(cfg) != spec.config_hash:
-        raise ValueError(
+        raise SpecMismatchError(
             f"config_yaml hashes to {config_hash(cfg)}, the run spec says {spec.config_hash}"
         )
-    return cfg, StepStore(store_of(spec))
+    store = open_store(cfg.store.root, cfg.store.s3_endpoint)
+    found = store_id(store)
+    if found != spec.store_id:
+        raise SpecMismatchError(
+            f"store {redact_url(store.root)} has id {found}, the run spec says "
+            f"{spec.store_id}: config_yaml names another store than the run was keyed on"
+        )
+    return cfg, StepStore(store)
 
 
-def store_of(spec: RunSpec) -> ArtifactStore:
-    return open_store(spec.store_root, spec.s3_endpoint or None)
+class StaleCacheError(MissingArtifactError):
+    """A (cached) result points at objects its store no longer holds."""
+
+
+def require_stored(store: ArtifactStore, refs: dict[str, ArtifactRef], where: str) -> None:
+    """Fail in one line, saying what to do, when an artifact ``refs`` names is not in
+    ``store``. flytekit cannot be told from inside a task to recompute a cache hit, so the
+    tasks that receive refs check them here: the record tasks (what the stage tasks returned,
+    hit or not) and every task before it reads its inputs."""
+    missing = missing_refs(store, refs)
+    if missing:
+        shown = ", ".join(f"{n!r} ({refs[n].sha256[:12]})" for n in missing)
+        raise StaleCacheError(
+            f"{where}: {shown} not in the store {redact_url(store.root)}: a cached result "
+            "points at objects deleted from this store; clear the Flyte cache (locally "
+            "`pyflyte local-cache clear`, on a cluster re-run with overwrite-cache) or train "
+            "into a fresh store (--run-dir)"
+        )

@@ -2,15 +2,17 @@
 
 A stage runs in ``gpu_stage`` or ``cpu_stage`` (the same body, two pod kinds): load the
 config, run the named stage through :func:`evosteer_core.pipeline.stage_io.run_stage` (the
-same code the replay runs), return the refs it stored. All are cached; the key is (run spec: config hash, seed, store root; step; input refs) under
-``CACHE_VERSION``. The config text is an ignored input (its hash is in the spec).
+same code the replay runs), return the refs it stored. All are cached; the key is (run spec: config hash, seed, store id; step; input refs) under
+``CACHE_VERSION``. The config text is an ignored input (its hash is in the spec). Every task
+checks that its input refs are in the run's store before reading them (``require_stored``),
+and turns infrastructure failures into retried ones (``infrastructure_is_recoverable``).
 """
 
 from flytekit import Cache, task
 
 from evosteer_core.infra.artifacts import ArtifactRef
 from evosteer_core.pipeline import stage_io
-from evosteer_flyte.tasks.errors import executor_outage_is_recoverable
+from evosteer_flyte.tasks.errors import infrastructure_is_recoverable
 from evosteer_flyte.tasks.resources import (
     CACHE_VERSION,
     CPU_IMAGE,
@@ -20,7 +22,7 @@ from evosteer_flyte.tasks.resources import (
     GPU_RESOURCES,
     RETRIES,
 )
-from evosteer_flyte.tasks.spec import RunSpec, load, store_of
+from evosteer_flyte.tasks.spec import RunSpec, load, require_stored
 
 CACHE = Cache(version=CACHE_VERSION, ignored_inputs=("config_yaml",))
 CPU_TASK = dict(
@@ -41,6 +43,7 @@ GPU_TASK = dict(
 
 
 @task(**CPU_TASK)
+@infrastructure_is_recoverable()
 def init_run(spec: RunSpec, config_yaml: str) -> ArtifactRef:
     """The step-0 train state."""
     cfg, io = load(spec, config_yaml)
@@ -57,11 +60,12 @@ def _run_stage(
     spec: RunSpec, config_yaml: str, stage: str, step: int, state: ArtifactRef, refs: Refs
 ) -> Refs:
     cfg, io = load(spec, config_yaml)
-    with executor_outage_is_recoverable():
-        return {**refs, **stage_io.run_stage(cfg, io, stage, state, step, refs)}
+    require_stored(io.store, {"state": state, **refs}, f"step {step} {stage}: input")
+    return {**refs, **stage_io.run_stage(cfg, io, stage, state, step, refs)}
 
 
 @task(**GPU_TASK)
+@infrastructure_is_recoverable()
 def gpu_stage(
     spec: RunSpec, config_yaml: str, stage: str, step: int, state: ArtifactRef, refs: Refs
 ) -> Refs:
@@ -70,6 +74,7 @@ def gpu_stage(
 
 
 @task(**CPU_TASK)
+@infrastructure_is_recoverable()
 def cpu_stage(
     spec: RunSpec, config_yaml: str, stage: str, step: int, state: ArtifactRef, refs: Refs
 ) -> Refs:
@@ -90,19 +95,22 @@ the node's name in the workflow)."""
 
 
 @task(**GPU_TASK)
+@infrastructure_is_recoverable()
 def rollout_shard(
     spec: RunSpec, config_yaml: str, step: int, state: ArtifactRef, shard: int, n_shards: int
 ) -> Refs:
     """The rollout stage for one record shard (the remote fan-out; ``gather_rollouts`` joins
     them)."""
     cfg, io = load(spec, config_yaml)
-    with executor_outage_is_recoverable():
-        return stage_io.run_stage(
-            cfg, io, "rollout", state, step, {}, shard=shard, n_shards=n_shards
-        )
+    require_stored(io.store, {"state": state}, f"step {step} rollout shard {shard}: input")
+    return stage_io.run_stage(cfg, io, "rollout", state, step, {}, shard=shard, n_shards=n_shards)
 
 
 @task(**CPU_TASK)
-def gather_rollouts(spec: RunSpec, shards: list[Refs]) -> Refs:
+@infrastructure_is_recoverable()
+def gather_rollouts(spec: RunSpec, config_yaml: str, shards: list[Refs]) -> Refs:
     """Concatenate shard tables in shard order (validated)."""
-    return stage_io.concat_rollouts(stage_io.StepStore(store_of(spec)), shards)
+    _, io = load(spec, config_yaml)
+    for i, refs in enumerate(shards):
+        require_stored(io.store, refs, f"rollout shard {i}")
+    return stage_io.concat_rollouts(io, shards)

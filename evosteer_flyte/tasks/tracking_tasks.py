@@ -16,8 +16,9 @@ from evosteer_core.infra.tracking import (
     resolve_tracking,
 )
 from evosteer_core.pipeline import stage_io
+from evosteer_flyte.tasks.errors import infrastructure_is_recoverable
 from evosteer_flyte.tasks.resources import CPU_IMAGE, LIGHT_RESOURCES, RETRIES
-from evosteer_flyte.tasks.spec import RunSpec, load
+from evosteer_flyte.tasks.spec import RunSpec, load, require_stored
 
 LIGHT_TASK = dict(
     retries=RETRIES, container_image=CPU_IMAGE, requests=LIGHT_RESOURCES, limits=LIGHT_RESOURCES
@@ -39,6 +40,7 @@ def _tracker(config_yaml: str, spec: RunSpec, mlflow_run: str) -> RunTracker | N
 
 
 @task(**LIGHT_TASK)
+@infrastructure_is_recoverable()
 def start_tracking(spec: RunSpec, config_yaml: str, workflow: str) -> str:
     """Open the MLflow run of this workflow execution (config as params); its id or ''.
     Runs of the same run id and workflow left RUNNING by a process that died are marked KILLED
@@ -53,16 +55,19 @@ def start_tracking(spec: RunSpec, config_yaml: str, workflow: str) -> str:
 
 
 @task(**LIGHT_TASK)
+@infrastructure_is_recoverable()
 def record_init(spec: RunSpec, config_yaml: str, state: ArtifactRef) -> ArtifactRef:
     """Record the config (``runs.record_config``: redacted, replaced on every execution) and
     the step-0 state in the run index; pass the state on."""
     cfg, io = load(spec, config_yaml)
+    require_stored(io.store, {"state": state}, "init_run")
     record_config(io.store, spec.run_id, cfg)
     RunIndex(io.store, spec.run_id).record(0, "state", state)
     return state
 
 
 @task(**LIGHT_TASK)
+@infrastructure_is_recoverable()
 def record_step(
     spec: RunSpec, config_yaml: str, mlflow_run: str, step: int, refs: dict[str, ArtifactRef]
 ) -> ArtifactRef:
@@ -71,6 +76,7 @@ def record_step(
     version and the test ledger (JSON), and the artifact hashes as tags. Returns the new state
     (so the next step waits for it)."""
     cfg, io = load(spec, config_yaml)
+    require_stored(io.store, refs, f"step {step}")
     index = RunIndex(io.store, spec.run_id)
     for name, ref in refs.items():
         index.record(step, name, ref)
@@ -83,6 +89,7 @@ def record_step(
 
 
 @task(**LIGHT_TASK)
+@infrastructure_is_recoverable()
 def end_tracking(spec: RunSpec, config_yaml: str, mlflow_run: str, state: ArtifactRef) -> str:
     """Close the MLflow run (tagging the final state's hash); returns the MLflow run id."""
     tracker = _tracker(config_yaml, spec, mlflow_run)

@@ -2,7 +2,9 @@
 averages, stored as an artifact and logged to one MLflow run.
 
 With no benchmarks given, the six simulated families are evaluated on the sim suite's held-out
-records (results are SIMULATED); real benchmarks come as ``name`` plus a JSONL file path.
+records (results are SIMULATED); real benchmarks come as ``name`` plus a JSONL file path. Each
+benchmark is read and validated once, here, and stored as a task table; the evaluation tasks
+get it by ref and are cached on its hash, so new data under an old path is evaluated anew.
 """
 
 import typing
@@ -10,10 +12,12 @@ import typing
 from flytekit import dynamic
 
 from evosteer_core.episode.records import FAMILIES
+from evosteer_core.evaluation.rollouts import stage_benchmark_records
 from evosteer_core.evaluation.tables import RUNS
-from evosteer_core.infra.artifacts import ArtifactRef
+from evosteer_core.infra.artifacts import ArtifactRef, open_store
 from evosteer_core.infra.config import config_from_dict
 from evosteer_core.infra.configio import parse_yaml
+from evosteer_flyte.tasks.errors import infrastructure_is_recoverable
 from evosteer_flyte.tasks.evaluate import evaluate_benchmark, summarize_evaluation
 from evosteer_flyte.tasks.resources import CPU_IMAGE, LIGHT_RESOURCES, RETRIES
 from evosteer_flyte.tasks.spec import make_spec
@@ -28,6 +32,7 @@ class EvaluateOutputs(typing.NamedTuple):
 @dynamic(
     container_image=CPU_IMAGE, requests=LIGHT_RESOURCES, limits=LIGHT_RESOURCES, retries=RETRIES
 )
+@infrastructure_is_recoverable()
 def evaluate(
     config_yaml: str,
     state: ArtifactRef,
@@ -43,12 +48,14 @@ def evaluate(
     if len(files) != len(names):
         raise ValueError(f"{len(paths)} paths for {len(names)} benchmarks")
     spec = make_spec(cfg)
+    store = open_store(cfg.store.root, cfg.store.s3_endpoint)
+    tables = [stage_benchmark_records(cfg, store, b, p) for b, p in zip(names, files, strict=True)]
     mlflow_run = start_tracking(spec=spec, config_yaml=config_yaml, workflow="evaluate")
     scores = [
         evaluate_benchmark(
-            spec=spec, config_yaml=config_yaml, state=state, benchmark=b, path=p, runs=runs
+            spec=spec, config_yaml=config_yaml, state=state, benchmark=b, records=t, runs=runs
         )
-        for b, p in zip(names, files, strict=True)
+        for b, t in zip(names, tables, strict=True)
     ]
     table = summarize_evaluation(
         spec=spec,

@@ -4,7 +4,8 @@
 (also a ``@dynamic``) per :data:`CHUNK_STEPS` steps. Every stage task is cached, so re-running a
 finished, crashed or extended run executes only what is missing: that is resume. Locally one
 rollout task runs all records; remotely (``rollout_shards`` > 1) rollouts fan out with
-``map_task`` over record shards.
+``map_task`` over record shards. Benchmark files are read once, here, and passed on as task
+tables in the store (``world.stage_data``): no task reads a file path.
 
     pyflyte run evosteer_flyte/workflows/train.py train --config_yaml "$(cat configs/tiny-sim.yaml)" --steps 3
 """
@@ -14,11 +15,12 @@ import typing
 
 from flytekit import dynamic, map_task
 
-from evosteer_core.episode.world import load_records
+from evosteer_core.episode.world import load_records, stage_data
 from evosteer_core.infra.artifacts import ArtifactRef
 from evosteer_core.infra.config import config_from_dict
 from evosteer_core.infra.configio import parse_yaml
 from evosteer_core.pipeline.stage_io import STAGES
+from evosteer_flyte.tasks.errors import infrastructure_is_recoverable
 from evosteer_flyte.tasks.resources import CPU_IMAGE, LIGHT_RESOURCES, RETRIES
 from evosteer_flyte.tasks.spec import RunSpec, make_spec
 from evosteer_flyte.tasks.step_tasks import STAGE_TASKS, gather_rollouts, init_run, rollout_shard
@@ -59,6 +61,7 @@ def chunks(steps: int) -> list[tuple[int, int]]:
 @dynamic(
     container_image=CPU_IMAGE, requests=LIGHT_RESOURCES, limits=LIGHT_RESOURCES, retries=RETRIES
 )
+@infrastructure_is_recoverable()
 def train_chunk(
     spec: RunSpec,
     config_yaml: str,
@@ -78,7 +81,7 @@ def train_chunk(
                 per_shard = map_task(
                     functools.partial(rollout_shard, **common, n_shards=rollout_shards)
                 )(shard=list(range(rollout_shards)))
-                refs = gather_rollouts(spec=spec, shards=per_shard)
+                refs = gather_rollouts(spec=spec, config_yaml=config_yaml, shards=per_shard)
             else:
                 refs = STAGE_TASKS[stage.name](**common, stage=stage.name, refs=refs)
                 refs = refs.with_overrides(node_name=f"{stage.name}-{step}")
@@ -91,12 +94,13 @@ def train_chunk(
 @dynamic(
     container_image=CPU_IMAGE, requests=LIGHT_RESOURCES, limits=LIGHT_RESOURCES, retries=RETRIES
 )
+@infrastructure_is_recoverable()
 def train(config_yaml: str, steps: int = 0, rollout_shards: int = 1) -> TrainOutputs:
     """Train for ``steps`` steps (0 = the config's ``train.steps``)."""
     source = "<config_yaml>"
     overrides = {"train.steps": steps} if steps else None
-    cfg = config_from_dict(parse_yaml(config_yaml, source), source, overrides)
-    load_records(cfg)  # every benchmark row is checked before a run is opened or a step runs
+    cfg = stage_data(config_from_dict(parse_yaml(config_yaml, source), source, overrides))
+    load_records(cfg)  # every slice is checked before a run is opened or a step runs
     config_yaml = cfg.to_yaml()
     spec = make_spec(cfg)
     mlflow_run = start_tracking(spec=spec, config_yaml=config_yaml, workflow="train")
