@@ -18,11 +18,13 @@ this module itself imports no flytekit.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import re
+import signal
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from evosteer_core.executors.breaker import ExecutorOutageError
@@ -31,6 +33,7 @@ from evosteer_core.infra.config import RunConfig, load_config
 from evosteer_core.infra.configio import InputError, parse_override
 from evosteer_core.infra.locks import RunInUseError, run_lock
 from evosteer_core.infra.runs import run_config, run_id_for
+from evosteer_core.infra.tracking import closing_on_failure
 
 
 def _quiet_libraries() -> None:
@@ -148,6 +151,24 @@ def _tracking_summary(cfg: RunConfig, mlflow_run: str) -> list[str]:
     ]
 
 
+@contextlib.contextmanager
+def _terminate_as_exit() -> Iterator[None]:
+    """SIGTERM (``kill``, a scheduler stopping the job) raises ``SystemExit(143)`` in the main
+    thread while a workflow runs, so its MLflow run is closed KILLED instead of left RUNNING."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from evosteer_core.episode.world import stage_data
     from evosteer_flyte.workflows.train import train
@@ -160,7 +181,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     with run_lock(cfg.store.root, run_id):
         index.steps()  # an unreachable or unusable store fails here, before any task runs
-        with _StepProgress(index, cfg.train.steps):
+        with (
+            _StepProgress(index, cfg.train.steps),
+            _terminate_as_exit(),
+            closing_on_failure(cfg, run_id, "train"),
+        ):
             out = train(config_yaml=cfg.to_yaml(), steps=cfg.train.steps)
     elapsed = time.perf_counter() - started
     simulated = " (SIMULATED executor)" if cfg.executor.kind == "sim" else ""

@@ -1,10 +1,11 @@
 """Concurrent use of one run dir: MLflow's SQLite setup from several processes at once, two
 `evosteer train` processes of the same run started together (one trains, the other refuses in
-one line; never two MLflow runs of one run id at a time), and the dir usable afterwards."""
+one line; one MLflow run per run id, never two RUNNING), and the dir usable afterwards."""
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -13,11 +14,16 @@ from pathlib import Path
 from mlflow import MlflowClient
 from pipeline_support import SMALL, isolate_flyte_cache, small_config
 
+from evosteer_core.infra.artifacts import RunIndex, open_store
 from evosteer_core.infra.locks import run_lock
 from evosteer_core.infra.runs import run_id_for
-from evosteer_core.infra.tracking import resolve_tracking
+from evosteer_core.infra.tracking import (
+    END_REASON_TAG,
+    EXECUTIONS_TAG,
+    RUN_ID_TAG,
+    resolve_tracking,
+)
 from evosteer_flyte.cli import main as cli_main
-from evosteer_flyte.tasks.tracking_tasks import RUN_ID_TAG
 
 REPO = Path(__file__).resolve().parents[1]
 SETS = [arg for k, v in SMALL.items() for arg in ("--set", f"{k}={v}")]
@@ -90,8 +96,9 @@ def _runs_of(cfg, run_id: str):
 
 def test_two_trains_at_once_then_a_third(tmp_path, monkeypatch, capsys):
     """Two real `evosteer train` processes of one run on a fresh dir: each either finishes or
-    refuses in one line; their MLflow runs never overlap; a third train afterwards (in-process,
-    same flytekit cache) works and closes a run a killed train left RUNNING."""
+    refuses in one line; the run has one MLflow run, which a successful second train continues;
+    a third train afterwards (in-process, same flytekit cache) works, continues it, and closes a
+    run a killed train left RUNNING."""
     root = tmp_path / "run"
     cfg = small_config(root)
     run_id = run_id_for(cfg)
@@ -109,24 +116,26 @@ def test_two_trains_at_once_then_a_third(tmp_path, monkeypatch, capsys):
             assert line.startswith(f"evosteer train: run {run_id} in {root} is already being")
             assert "trained by pid " in line
 
-    runs = sorted(_runs_of(cfg, run_id), key=lambda r: r.info.start_time)
-    assert len(runs) == codes.count(0)  # a refused train opened no MLflow run
-    assert all(r.info.status == "FINISHED" for r in runs)
-    for a, b in zip(runs, runs[1:], strict=False):
-        assert a.info.end_time <= b.info.start_time  # never two MLflow runs of one run at once
+    # one MLflow run per training run: a train after a finished one continues it, a refused
+    # train opened nothing and wrote no execution into it
+    (run,) = _runs_of(cfg, run_id)
+    assert run.info.status == "FINISHED"
+    assert len(run.data.tags[EXECUTIONS_TAG].split()) == codes.count(0)
 
     # A train killed with -9 leaves its MLflow run RUNNING: the next train marks it KILLED.
     client = MlflowClient(tracking_uri=resolve_tracking(cfg.tracking, cfg.store)[0])
     tags = {RUN_ID_TAG: run_id, "evosteer.workflow": "train"}
-    orphan = client.create_run(runs[0].info.experiment_id, tags=tags).info.run_id
+    orphan = client.create_run(run.info.experiment_id, tags=tags).info.run_id
     isolate_flyte_cache(monkeypatch, home)
     capsys.readouterr()
     assert cli_main(["train", "--steps", "1", "--run-dir", str(root), *SETS]) == 0
     assert capsys.readouterr().out.strip().splitlines()[-1] == run_id
     assert client.get_run(orphan).info.status == "KILLED"
     after = _runs_of(cfg, run_id)
-    assert len(after) == codes.count(0) + 2
+    assert {r.info.run_id for r in after} == {run.info.run_id, orphan}
     assert [r.info.status for r in after].count("RUNNING") == 0
+    continued = client.get_run(run.info.run_id).data.tags[EXECUTIONS_TAG]
+    assert len(continued.split()) == codes.count(0) + 1
 
 
 def test_train_of_a_run_in_training_refuses_in_one_line(tmp_path, monkeypatch, capsys):
@@ -170,3 +179,33 @@ def test_a_train_refused_just_after_the_holder_locked_still_names_it(tmp_path):
             pass
     finally:
         os.close(fd)
+
+
+def test_sigterm_of_a_train_ends_its_mlflow_run_killed(tmp_path):
+    """Before: a train stopped with SIGTERM (``kill``, a scheduler) died at once and left its
+    MLflow run RUNNING. Now the CLI turns SIGTERM into an exit, the run ends KILLED with the
+    reason, and the process exits 143."""
+    root = tmp_path / "run"
+    cfg = small_config(root)
+    run_id = run_id_for(cfg)
+    proc = _train(root, tmp_path / "home")
+    deadline = time.monotonic() + 300
+    # step 0 is recorded after start_tracking opened the run (and migrated the database, which
+    # this process must not touch meanwhile)
+    while not _recorded(root, run_id):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-3000:]
+        time.sleep(0.5)
+    assert [r.info.status for r in _runs_of(cfg, run_id)] == ["RUNNING"]
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err[-3000:]
+    (run,) = _runs_of(cfg, run_id)
+    assert run.info.status == "KILLED"
+    assert run.data.tags[END_REASON_TAG].startswith("SystemExit")
+
+
+def _recorded(root: Path, run_id: str) -> bool:
+    try:
+        return 0 in RunIndex(open_store(str(root)), run_id).steps()
+    except Exception:  # the store is still being created by the train
+        return False

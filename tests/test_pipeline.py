@@ -3,17 +3,34 @@ and the replay command (bit-identical, then a tampered artifact named)."""
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from mlflow import MlflowClient
 from pipeline_support import SMALL, count_stage_calls, isolate_flyte_cache, small_config
 
 from evosteer_core.infra.artifacts import RunIndex, object_key, open_store
-from evosteer_core.infra.runs import run_id_for
-from evosteer_core.infra.tracking import resolve_tracking
+from evosteer_core.infra.provenance import CODE_HASH_TAG, GIT_COMMIT_TAG, VERSION_TAG
+from evosteer_core.infra.runs import config_hash, run_id_for
+from evosteer_core.infra.tracking import (
+    CONFIG_HASH_TAG,
+    END_REASON_TAG,
+    EXECUTION_TAG,
+    EXECUTIONS_TAG,
+    RESUMED_FROM_TAG,
+    STATE_TAG,
+    TRAIN_STEPS_TAG,
+    registered_model_name,
+    resolve_tracking,
+)
 from evosteer_core.pipeline import stage_io as core
-from evosteer_core.pipeline.stage_io import STEP_ARTIFACTS
+from evosteer_core.pipeline.stage_io import STEP_ARTIFACTS, TRACKING_FILES
+from evosteer_core.policy.adapter_export import ADAPTER_FILES
 from evosteer_flyte.cli import main as cli_main
 from evosteer_flyte.workflows.train import train
 
@@ -63,11 +80,15 @@ def test_three_steps_log_every_metric_and_adapter_per_step(base_run):
         steps = [m.step for m in client.get_metric_history(out.mlflow_run, name)]
         assert sorted(steps) == [1, 2, 3], name
     for k in (1, 2, 3):
-        files = {f.path for f in client.list_artifacts(out.mlflow_run, f"step_{k:04d}")}
-        assert {
-            f"step_{k:04d}/{n}"
-            for n in ("adapter.pt", "heads.pt", "skills.json", "ledger.json", "refs.json")
-        } <= files
+        files = set(_artifact_files(client, out.mlflow_run, f"step_{k:04d}"))
+        assert files == {f"step_{k:04d}/{n}" for n in (*TRACKING_FILES, "refs.json")}
+    assert run.data.tags[EXECUTION_TAG].startswith("local:")  # not flytekit's local:local:local
+    assert run.data.tags[EXECUTION_TAG] != "local:local:local"
+    assert {VERSION_TAG, CODE_HASH_TAG, GIT_COMMIT_TAG} <= set(run.data.tags)
+    (version,) = client.search_model_versions(f"name = '{registered_model_name(cfg)}'")
+    assert version.source == f"runs:/{out.mlflow_run}/step_0003/adapter"
+    assert version.tags[CONFIG_HASH_TAG] == config_hash(cfg)
+    assert version.tags[STATE_TAG] == out.state.sha256 and version.tags["evosteer.step"] == "3"
     index = RunIndex(open_store(cfg.store.root), out.run_id)
     assert index.steps() == [0, 1, 2, 3]
     for k in (1, 2, 3):
@@ -90,9 +111,82 @@ def test_extending_to_four_steps_executes_only_step_four(base_run, flyte_env):
     assert out.run_id == first.run_id and index.steps() == [0, 1, 2, 3, 4]
     assert index.lookup(3, "state") == first.state  # the cached steps are the same artifacts
     client = _mlflow(cfg)
-    assert out.mlflow_run != first.mlflow_run  # one MLflow run per workflow execution
-    steps = [m.step for m in client.get_metric_history(out.mlflow_run, "reward_theta")]
-    assert sorted(steps) == [1, 2, 3, 4]
+    step_one = _artifact_path(
+        client, first.mlflow_run, "step_0001/adapter/adapter_model.safetensors"
+    )
+    uploaded = step_one.stat().st_mtime_ns
+    # before: every execution opened a new MLflow run and re-uploaded every earlier step
+    assert out.mlflow_run == first.mlflow_run  # one MLflow run per training run
+    for name in METRICS:
+        steps = [m.step for m in client.get_metric_history(out.mlflow_run, name)]
+        assert sorted(steps) == [1, 2, 3, 4], name  # each step logged once
+    assert step_one.stat().st_mtime_ns == uploaded  # step 1 was not uploaded again
+    run = client.get_run(out.mlflow_run)
+    assert run.info.status == "FINISHED" and run.data.tags[RESUMED_FROM_TAG] == "FINISHED"
+    assert run.data.tags[CONFIG_HASH_TAG] == config_hash(cfg)  # extending keeps the hash
+    assert run.data.tags[TRAIN_STEPS_TAG] == "4" and run.data.params["train.batch_size"] == "6"
+    assert len(run.data.tags[EXECUTIONS_TAG].split()) == 2
+    versions = client.search_model_versions(f"name = '{registered_model_name(cfg)}'")
+    assert sorted((v.version, v.tags["evosteer.step"]) for v in versions) == [(1, "3"), (2, "4")]
+
+
+def test_registered_adapter_reproduces_a_recorded_log_prob_in_a_fresh_process(base_run):
+    """Step 4 was rescored with the state of step 3, the final adapter of the 3-step run
+    (model version 1): loaded from the registry in a new interpreter with
+    ``PeftModel.from_pretrained``, it gives the decision's recorded ℓ_θ."""
+    cfg, out = base_run
+    index = RunIndex(open_store(cfg.store.root), out.run_id)
+    if 4 not in index.steps():
+        pytest.skip("needs the 4-step extension of test_extending_to_four_steps_...")
+    io_ = core.StepStore(index.store)
+    decisions = io_.get_table(index.lookup(4, "decisions"))
+    rescored = io_.get_table(index.lookup(4, "rescored"))
+    row = int(decisions["legal"].map(len).idxmax())  # a decision among the most actions
+    query = {k: decisions[k].iloc[row] for k in ("prompt", "action", "legal")}
+    uri = resolve_tracking(cfg.tracking, cfg.store)[0]
+    model_uri = f"models:/{registered_model_name(cfg)}/1"
+    argv = [uri, model_uri, cfg.store.root, out.run_id, json.dumps(query)]
+    done = subprocess.run(
+        [sys.executable, "-c", FRESH_SCORE, *argv], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    logp, folder = json.loads(done.stdout.strip().splitlines()[-1])
+    assert sorted(os.listdir(folder)) == sorted(ADAPTER_FILES)
+    recorded = float(rescored["logp_theta"].iloc[row])
+    assert logp == pytest.approx(recorded, abs=1e-5)
+    assert recorded != pytest.approx(float(rescored["logp_rho"].iloc[row]), abs=1e-5)  # θ ≠ ρ
+
+
+FRESH_SCORE = r"""
+import json, sys
+import mlflow
+from evosteer_core.infra.artifacts import open_store
+from evosteer_core.infra.runs import run_config
+from evosteer_core.policy.adapter_export import load_adapter_policy
+from evosteer_core.policy.orchestrator import Orchestrator
+
+uri, model_uri, root, run_id, query = sys.argv[1:]
+mlflow.set_tracking_uri(uri)
+folder = mlflow.artifacts.download_artifacts(model_uri)
+cfg = run_config(open_store(root), run_id)
+policy = Orchestrator(load_adapter_policy(folder, cfg.policy, cfg.train.seed))
+q = json.loads(query)
+logp = policy.score([q["prompt"]], [q["action"]], [q["legal"]], use_adapter=True)
+print(json.dumps([float(logp[0]), folder]))
+"""
+
+
+def _artifact_files(client, run_id, path):
+    """Every file under ``path`` of the run's artifacts (recursively)."""
+    for item in client.list_artifacts(run_id, path):
+        yield from _artifact_files(client, run_id, item.path) if item.is_dir else [item.path]
+
+
+def _artifact_path(client, run_id, path):
+    """The local file of a run's artifact (the default store: a file:// artifact root)."""
+    root = client.get_run(run_id).info.artifact_uri
+    assert root.startswith("file://")
+    return Path(root.removeprefix("file://")) / path
 
 
 def test_cli_train_contract_and_report(base_run, flyte_env, capsys, tmp_path):
@@ -118,7 +212,8 @@ def test_cli_train_contract_and_report(base_run, flyte_env, capsys, tmp_path):
 
 
 def test_evaluate_checkpoint_table_and_mlflow(base_run, capsys):
-    """checkpoint × six sim families × 2 runs → means ± std, iid group, stored and logged."""
+    """checkpoint × six sim families × 2 runs → means ± std, iid group, stored and logged, and
+    set as tags on the model version registered for that checkpoint."""
     cfg, out = base_run
     argv = [
         "evaluate",
@@ -127,7 +222,7 @@ def test_evaluate_checkpoint_table_and_mlflow(base_run, capsys):
         "--run",
         out.run_id,
         "--step",
-        "2",
+        "3",
         "--runs",
         "2",
     ]
@@ -142,11 +237,15 @@ def test_evaluate_checkpoint_table_and_mlflow(base_run, capsys):
     metrics = runs[0].data.metrics
     assert {"eval.hotpotqa.mean", "eval.hotpotqa.std", "eval.iid_avg.mean"} <= set(metrics)
     assert 0.0 <= metrics["eval.iid_avg.mean"] <= 1.0
-    state2 = RunIndex(open_store(cfg.store.root), out.run_id).lookup(2, "state")
-    assert runs[0].data.tags["sha256.checkpoint"] == state2.sha256
+    state3 = RunIndex(open_store(cfg.store.root), out.run_id).lookup(3, "state")
+    assert runs[0].data.tags["sha256.checkpoint"] == state3.sha256
+    # the checkpoint is the registered final adapter of the 3-step run: its results are tags
+    version = _mlflow(cfg).get_model_version(registered_model_name(cfg), 1)
+    assert version.tags[STATE_TAG] == state3.sha256
+    assert float(version.tags["eval.iid_avg.mean"]) == metrics["eval.iid_avg.mean"]
 
 
-def test_crash_during_step_three_then_resume_is_bit_identical(base_run, tmp_path):
+def test_crash_during_step_three_then_resume_is_bit_identical(base_run, tmp_path, capsys):
     cfg, uninterrupted = base_run
     crashed = small_config(tmp_path / "crashed")  # another store: nothing cached for it yet
     original = core.update_stage
@@ -156,12 +255,22 @@ def test_crash_during_step_three_then_resume_is_bit_identical(base_run, tmp_path
             raise RuntimeError("injected failure in the update stage at step 3")
         return original(s, rollouts, *args, **kwargs)
 
+    sets = [arg for k, v in SMALL.items() for arg in ("--set", f"{k}={v}")]
+    argv = ["train", "--steps", "3", "--run-dir", crashed.store.root, *sets]
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(core, "update_stage", crash_at_step_three)
-        with pytest.raises(Exception, match="injected failure"):
-            train(config_yaml=crashed.to_yaml(), steps=3)
+        assert cli_main(argv) == 1
+    assert "injected failure" in capsys.readouterr().err
     index = RunIndex(open_store(crashed.store.root), run_id_for(crashed))
     assert index.steps() == [0, 1, 2]  # step 3 never recorded
+    client = _mlflow(crashed)
+    (failed,) = client.search_runs(
+        [client.get_experiment_by_name(crashed.tracking.experiment).experiment_id],
+        filter_string=f"tags.`evosteer.run_id` = '{run_id_for(crashed)}'",
+    )
+    # before: the run stayed RUNNING until the next train marked it KILLED
+    assert failed.info.status == "FAILED"
+    assert "injected failure in the update stage" in failed.data.tags[END_REASON_TAG]
 
     with pytest.MonkeyPatch.context() as mp:
         calls = count_stage_calls(mp)
@@ -170,6 +279,14 @@ def test_crash_during_step_three_then_resume_is_bit_identical(base_run, tmp_path
     assert [k for k in calls if k[0] == "rollout_stage"] == []
     assert calls[("update_stage", None)] == 1 and calls[("checkpoint_stage", 3)] == 1
     assert resumed.state.sha256 == uninterrupted.state.sha256
+    assert resumed.mlflow_run == failed.info.run_id  # the resume continued the failed run
+    run = client.get_run(resumed.mlflow_run)
+    assert run.info.status == "FINISHED" and run.data.tags[RESUMED_FROM_TAG] == "FAILED"
+    assert sorted(m.step for m in client.get_metric_history(resumed.mlflow_run, "loss")) == [
+        1,
+        2,
+        3,
+    ]
     for k in (1, 2, 3):
         a = RunIndex(open_store(cfg.store.root), uninterrupted.run_id).step_artifacts(k)
         b = index.step_artifacts(k)

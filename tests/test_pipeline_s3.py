@@ -8,7 +8,7 @@ from mlflow import MlflowClient
 from pipeline_support import isolate_flyte_cache, small_config
 
 from evosteer_core.infra.artifacts import RunIndex, open_store
-from evosteer_core.pipeline.stage_io import STEP_ARTIFACTS
+from evosteer_core.pipeline.stage_io import STEP_ARTIFACTS, TRACKING_FILES
 from evosteer_flyte.workflows.train import train
 
 
@@ -39,7 +39,8 @@ def test_two_step_run_on_s3(s3_bucket, moto_endpoint, tmp_path, monkeypatch):
         o["Key"] for o in s3.list_objects_v2(Bucket=s3_bucket, Prefix="mlartifacts/")["Contents"]
     ]
     for k in (1, 2):
-        assert any(key.endswith(f"step_{k:04d}/adapter.pt") for key in keys), keys
+        for name in TRACKING_FILES:
+            assert any(key.endswith(f"step_{k:04d}/{name}") for key in keys), (name, keys)
     client = MlflowClient(tracking_uri=cfg.tracking.tracking_uri)
     steps = [m.step for m in client.get_metric_history(out.mlflow_run, "loss")]
     assert sorted(steps) == [1, 2]

@@ -26,6 +26,8 @@ from evosteer_core.infra.artifacts import ArtifactRef, ArtifactStore
 from evosteer_core.infra.config import RunConfig
 from evosteer_core.infra.schemas import DECISIONS, TRAJECTORIES, validate_rescored, validate_tables
 from evosteer_core.infra.seeding import derive_seed
+from evosteer_core.infra.tracking import ADAPTER_DIR, RunTracker
+from evosteer_core.policy.adapter_export import ADAPTER_FILES, adapter_files
 from evosteer_core.training.results import ActorUpdate, Rescored, Rollouts, Validation, ValueFit
 from evosteer_core.training.session import Session, init_state, open_session
 from evosteer_core.training.stages import (
@@ -287,9 +289,21 @@ def run_step(
     return {name: refs[name] for name in STEP_ARTIFACTS}
 
 
-def tracking_files(io_: StepStore, refs: Mapping[str, ArtifactRef]) -> dict[str, bytes]:
-    """The per-step files logged to MLflow: the adapter, the heads, the skill library version
-    and the test ledger (JSON, readable without evosteer)."""
+TRACKING_FILES: tuple[str, ...] = (
+    *(f"{ADAPTER_DIR}/{name}" for name in ADAPTER_FILES),
+    "heads.pt",
+    "skills.json",
+    "ledger.json",
+)
+"""The files each step logs to MLflow under ``step_{k:04d}/`` (besides ``refs.json``)."""
+
+
+def tracking_files(
+    cfg: RunConfig, io_: StepStore, refs: Mapping[str, ArtifactRef]
+) -> dict[str, bytes]:
+    """The per-step files logged to MLflow (:data:`TRACKING_FILES`): the adapter as a PEFT
+    folder, the heads, the skill library version and the test ledger (JSON, readable without
+    evosteer). Only what MLflow gets; the store keeps the train state as it is."""
     import json
 
     state: TrainState = io_.get_state(refs["state"])
@@ -303,9 +317,23 @@ def tracking_files(io_: StepStore, refs: Mapping[str, ArtifactRef]) -> dict[str,
         "outcome_heads": state.outcome_heads,
         "flow_head": state.flow_head,
     }
-    return {
-        "adapter.pt": object_bytes(state.adapter),
+    adapter = adapter_files(cfg.policy, state.adapter)
+    files = {
+        **{f"{ADAPTER_DIR}/{name}": data for name, data in adapter.items()},
         "heads.pt": object_bytes(heads),
         "skills.json": js(skills.get("library", {})),
         "ledger.json": js(skills.get("ledger", {})),
     }
+    return {name: files[name] for name in TRACKING_FILES}
+
+
+def track_step(
+    cfg: RunConfig, io_: StepStore, tracker: RunTracker, step: int, refs: Mapping[str, ArtifactRef]
+) -> bool:
+    """Log ``step`` to the run's MLflow run unless it holds that step already (a resumed or
+    extended train re-records its cached steps): metrics, :func:`tracking_files`, refs."""
+    if step <= tracker.logged_step():
+        return False
+    files = tracking_files(cfg, io_, refs)
+    tracker.log_training_step(step, step_metrics(io_, refs), files, io_.store, refs)
+    return True

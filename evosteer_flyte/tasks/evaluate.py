@@ -7,6 +7,7 @@ from evosteer_core.episode.world import stored_records
 from evosteer_core.evaluation.rollouts import benchmark_scores
 from evosteer_core.evaluation.tables import summarize
 from evosteer_core.infra.artifacts import ArtifactRef, put_json
+from evosteer_core.infra.tracking import registered_model_name, tag_registered_adapters
 from evosteer_flyte.tasks.errors import infrastructure_is_recoverable
 from evosteer_flyte.tasks.resources import (
     CACHE_VERSION,
@@ -57,7 +58,8 @@ def summarize_evaluation(
     benchmarks: list[str],
     scores: list[list[float]],
 ) -> ArtifactRef:
-    """The means ± std table, stored as JSON and logged to MLflow (metrics and the table)."""
+    """The means ± std table, stored as JSON and logged to MLflow (metrics and the table); the
+    results are also set as tags on the registered adapter versions of this checkpoint."""
     cfg, io = load(spec, config_yaml)
     table = summarize(dict(zip(benchmarks, scores, strict=True)))
     ref = put_json(io.store, {"checkpoint": state.sha256, **table.to_dict()}, "evaluation.json")
@@ -71,4 +73,5 @@ def summarize_evaluation(
         tracker.client.log_text(tracker.run_id, table.markdown(), "evaluation.md")
         tracker.client.log_text(tracker.run_id, io.store.get_bytes(ref).decode(), "evaluation.json")
         tracker.set_tags({"sha256.evaluation": ref.sha256, "sha256.checkpoint": state.sha256})
+        tag_registered_adapters(cfg, registered_model_name(cfg), state.sha256, metrics)
     return ref

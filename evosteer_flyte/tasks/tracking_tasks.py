@@ -1,20 +1,21 @@
 """Uncached bookkeeping tasks: the run index and MLflow, once per workflow execution.
 
-They run on every execution (cache hits included), so a resumed or extended run's MLflow run
-has every step's metrics and artifacts. With ``tracking.enabled: false`` the run index is still
-written and MLflow is left alone (an empty MLflow run id).
+They run on every execution (cache hits included). A train continues the MLflow run of its run
+id (``tracking.open_run``), so a resumed or extended run has one MLflow run holding every step's
+metrics and artifacts once; steps it holds already are not logged again. With
+``tracking.enabled: false`` the run index is still written and MLflow is left alone (an empty
+MLflow run id).
 """
+
+import os
+import socket
+import time
 
 from flytekit import current_context, task
 
 from evosteer_core.infra.artifacts import ArtifactRef, RunIndex
 from evosteer_core.infra.runs import record_config
-from evosteer_core.infra.tracking import (
-    EXECUTION_TAG,
-    RunTracker,
-    end_unfinished_runs,
-    resolve_tracking,
-)
+from evosteer_core.infra.tracking import RunTracker, open_run, resolve_tracking
 from evosteer_core.pipeline import stage_io
 from evosteer_flyte.tasks.errors import infrastructure_is_recoverable
 from evosteer_flyte.tasks.resources import CPU_IMAGE, LIGHT_RESOURCES, RETRIES
@@ -23,11 +24,17 @@ from evosteer_flyte.tasks.spec import RunSpec, load, require_stored
 LIGHT_TASK = dict(
     retries=RETRIES, container_image=CPU_IMAGE, requests=LIGHT_RESOURCES, limits=LIGHT_RESOURCES
 )
-RUN_ID_TAG = "evosteer.run_id"
+LOCAL_EXECUTION = ("local", "local", "local")
+"""flytekit's placeholder execution id in a local (in-process) execution."""
 
 
 def _execution_id() -> str:
+    """``project:domain:name`` of the Flyte execution; a local execution (which flytekit names
+    ``local:local:local``) gets ``local:<host>:<UTC start>-<pid>`` instead."""
     ex = current_context().execution_id
+    if (ex.project, ex.domain, ex.name) == LOCAL_EXECUTION:
+        started = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        return f"local:{socket.gethostname()}:{started}-{os.getpid()}"
     return f"{ex.project}:{ex.domain}:{ex.name}"
 
 
@@ -42,16 +49,13 @@ def _tracker(config_yaml: str, spec: RunSpec, mlflow_run: str) -> RunTracker | N
 @task(**LIGHT_TASK)
 @infrastructure_is_recoverable()
 def start_tracking(spec: RunSpec, config_yaml: str, workflow: str) -> str:
-    """Open the MLflow run of this workflow execution (config as params); its id or ''.
-    Runs of the same run id and workflow left RUNNING by a process that died are marked KILLED
-    first, so one run id has at most one RUNNING MLflow run."""
+    """The MLflow run of this execution (``tracking.open_run``): a train continues the run of
+    its run id, an evaluation opens a new one; its id or ''."""
     cfg, _ = load(spec, config_yaml)
     if not cfg.tracking.enabled:
         return ""
-    ours = {RUN_ID_TAG: spec.run_id, "evosteer.workflow": workflow}
-    end_unfinished_runs(cfg, ours)
-    tags = {EXECUTION_TAG: _execution_id(), **ours}
-    return RunTracker.from_config(cfg, run_name=f"{workflow}:{spec.run_id}", tags=tags).run_id
+    resume = workflow == "train"
+    return open_run(cfg, spec.run_id, workflow, _execution_id(), resume).run_id
 
 
 @task(**LIGHT_TASK)
@@ -72,9 +76,9 @@ def record_step(
     spec: RunSpec, config_yaml: str, mlflow_run: str, step: int, refs: dict[str, ArtifactRef]
 ) -> ArtifactRef:
     """Record every artifact of ``step`` (``refs``: ``stage_io.STEP_ARTIFACTS`` by name) in the
-    run index and log the step to MLflow: metrics, the adapter and heads, the skill library
-    version and the test ledger (JSON), and the artifact hashes as tags. Returns the new state
-    (so the next step waits for it)."""
+    run index and log the step to MLflow once (``stage_io.track_step``): metrics, the adapter
+    (a PEFT folder) and heads, the skill library version and the test ledger (JSON), and the
+    artifact hashes as tags. Returns the new state (so the next step waits for it)."""
     cfg, io = load(spec, config_yaml)
     require_stored(io.store, refs, f"step {step}")
     index = RunIndex(io.store, spec.run_id)
@@ -82,18 +86,17 @@ def record_step(
         index.record(step, name, ref)
     tracker = _tracker(config_yaml, spec, mlflow_run)
     if tracker is not None:
-        tracker.log_step(step, stage_io.step_metrics(io, refs))
-        tracker.log_step_artifacts(step, stage_io.tracking_files(io, refs))
-        tracker.log_step_refs(step, io.store, refs, copy=False)
+        stage_io.track_step(cfg, io, tracker, step, refs)
     return refs["state"]
 
 
 @task(**LIGHT_TASK)
 @infrastructure_is_recoverable()
 def end_tracking(spec: RunSpec, config_yaml: str, mlflow_run: str, state: ArtifactRef) -> str:
-    """Close the MLflow run (tagging the final state's hash); returns the MLflow run id."""
+    """Close the MLflow run (``RunTracker.finish``: the final state's hash; a train registers
+    its final adapter as a model version); returns the MLflow run id."""
     tracker = _tracker(config_yaml, spec, mlflow_run)
     if tracker is not None:
-        tracker.set_tags({"sha256.final_state": state.sha256})
-        tracker.end("FINISHED")
+        cfg, _ = load(spec, config_yaml)
+        tracker.finish(cfg, state.sha256)
     return mlflow_run
