@@ -6,10 +6,15 @@ artifact; ``report`` writes an HTML report. Contract relied on by scripts and au
 
 * ``evosteer train --config FILE [--steps N] [--run-dir DIR]`` prints the run id on its last line;
 * ``evosteer replay --run-dir DIR --run RUN --step K`` exits 0 iff every artifact of step K is
-  identical, else 1, naming each differing artifact;
-* a command that fails prints one line ``evosteer <command>: <what failed>`` on stderr and exits
-  1 (``--debug`` shows the traceback instead); a store failure names the store root and the
-  operation; a second ``train`` of a run that is being trained refuses at once.
+  identical, 1 when one differs (naming each differing artifact), 2 when it cannot replay;
+* a command that fails prints one line ``evosteer <command>: <what failed>`` on stderr
+  (``--debug`` shows the traceback instead) and exits 2 for a usage or input error (a bad
+  option, a missing config file, a bad config key or value, which names the file or the
+  ``--set KEY=VALUE`` it came from, a run or step that does not exist) and 1 for a failure
+  while running; a store failure names the store root and the operation; a second ``train``
+  of a run that is being trained refuses at once;
+* the terminal shows one progress bar and our warnings; the rest goes to the run's log file
+  (:mod:`evosteer_flyte.console`).
 
 Flyte (``workflows``/``tasks``) is imported only inside the commands that run a workflow;
 this module itself imports no flytekit.
@@ -24,26 +29,24 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from importlib import metadata
 from pathlib import Path
+from typing import Any, NoReturn
 
 from evosteer_core.executors.breaker import ExecutorOutageError
-from evosteer_core.infra.artifacts import RunIndex, StoreError, open_store
-from evosteer_core.infra.config import RunConfig, load_config
-from evosteer_core.infra.configio import InputError, parse_override
+from evosteer_core.infra.artifacts import ArtifactStore, RunIndex, StoreError, open_store
+from evosteer_core.infra.config import RunConfig, config_from_dict, load_config
+from evosteer_core.infra.configio import ConfigError, InputError, parse_override
 from evosteer_core.infra.locks import RunInUseError, run_lock
 from evosteer_core.infra.runs import run_config, run_id_for
 from evosteer_core.infra.tracking import closing_on_failure
+from evosteer_flyte.console import StepProgress, quiet_libraries, run_log, run_log_path
 
 
-def _quiet_libraries() -> None:
-    import logging
-    import os
-
-    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-    os.environ.setdefault("FLYTE_SDK_LOGGING_LEVEL", "40")
-    for name in ("flytekit", "mlflow", "alembic", "transformers"):
-        logging.getLogger(name).setLevel(logging.ERROR)
+class UsageError(InputError):
+    """The command line asks for what cannot be (a missing file, run or step, a malformed
+    ``--set``); the message names the option."""
 
 
 _FLYTE_PREFIX = re.compile(r"Error encountered while executing '([^']+)':\s*")
@@ -53,18 +56,26 @@ _CLEAR_ERRORS = (StoreError, RunInUseError, InputError)
 """Errors whose message already says what failed and where (printed without their type)."""
 
 
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and its causes: the chain Python itself would print (an explicit cause, else an
+    unsuppressed context), each exception once."""
+    seen: BaseException | None = exc
+    visited: set[int] = set()
+    while seen is not None and id(seen) not in visited:
+        visited.add(id(seen))
+        yield seen
+        seen = seen.__cause__ or (None if seen.__suppress_context__ else seen.__context__)
+
+
 def error_line(exc: BaseException) -> str:
     """One line for a failed command: a store failure (anywhere in the cause chain) as the
     store root, operation and cause; an executor outage as its message; anything else as its
     type, the innermost Flyte task it failed in, and its message without flytekit's prefixes."""
-    seen: BaseException | None = exc
-    while seen is not None:
+    for seen in _chain(exc):
         if isinstance(seen, StoreError):
             return seen.line
         if isinstance(seen, ExecutorOutageError):
             return str(seen)
-        # the chain Python itself would print: an explicit cause, else an unsuppressed context
-        seen = seen.__cause__ or (None if seen.__suppress_context__ else seen.__context__)
     message = " ".join(str(exc).split())
     tasks = _FLYTE_PREFIX.findall(message)
     message = _FLYTE_PREFIX.sub("", message)
@@ -74,68 +85,86 @@ def error_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}{where}: {message or 'no message'}"
 
 
-class _StepProgress:
-    """A tqdm bar over training steps, driven by polling the run index while a workflow runs.
+def exit_status(command: str, exc: BaseException) -> int:
+    """2 for a usage or input error (an :class:`InputError` anywhere in the cause chain) and
+    for any failure of ``replay`` (whose 1 means "an artifact differs"); else 1."""
+    if any(isinstance(seen, InputError) for seen in _chain(exc)):
+        return 2
+    return 2 if command == "replay" else 1
 
-    The postfix shows the latest finished step's rollout health (``infra_failures``,
-    ``healthy_fraction``). Only a display, so it never raises: a failed listing (store
-    unreachable, ...) shows as the postfix until a listing succeeds again; the workflow reports
-    its own failure."""
 
-    def __init__(self, index: RunIndex, total: int) -> None:
-        from tqdm import tqdm
-
-        self.index = index
-        self.bar = tqdm(total=total, desc="train steps", unit="step", file=sys.stderr)
-        self.done = threading.Event()
-        self.thread = threading.Thread(target=self._poll, daemon=True)
-        self.health: tuple[int, str] = (0, "")
-        """(step, postfix) of the latest finished step read so far."""
-
-    def _poll(self) -> None:
-        while not self.done.wait(1.0):
-            self._update()
-
-    def _update(self) -> None:
+def _overrides(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, str]]:
+    """The dotted overrides of ``--set``, ``--steps`` and ``--run-dir``, and for each key the
+    option that set it (what a config error about that key blames)."""
+    values: dict[str, Any] = {}
+    origins: dict[str, str] = {}
+    for text in args.set:
         try:
-            done = [s for s in self.index.steps() if s >= 1 and s <= self.bar.total]
-            if done and max(done) != self.health[0]:
-                self.health = (max(done), self._health(max(done)))
-        except Exception as exc:  # a display must not fail the run nor print a traceback
-            self.bar.set_postfix_str(f"progress unavailable: {error_line(exc)}")
-            return
-        self.bar.set_postfix_str(self.health[1])
-        self.bar.update(len(done) - self.bar.n)
+            key, value = parse_override(text)
+        except ConfigError as exc:
+            raise UsageError(f"--set {text}: {exc.problem}") from None
+        values[key], origins[key] = value, f"--set {text}"
+    if getattr(args, "steps", None) is not None:
+        values["train.steps"], origins["train.steps"] = args.steps, f"--steps {args.steps}"
+    if getattr(args, "run_dir", None) and args.command == "train":
+        values["store.root"], origins["store.root"] = args.run_dir, f"--run-dir {args.run_dir}"
+    return values, origins
 
-    def _health(self, step: int) -> str:
-        from evosteer_core.episode.rollout import rollout_health
-        from evosteer_core.pipeline.stage_io import StepStore
 
-        traj = StepStore(self.index.store).get_table(self.index.lookup(step, "trajectories"))
-        h = rollout_health(traj)
-        return (
-            f"step {step}: infra_failures={h['infra_failures']:.0f} "
-            f"healthy_fraction={h['healthy_fraction']:.2f}"
-        )
+def _blame(exc: ConfigError, origins: Mapping[str, str]) -> InputError:
+    """A config error about a key an option set, as that option's error (``--set
+    train.batch_size=abc: expected int, found str 'abc'``); a section's check across keys
+    that options set names the file and those options; any other error as it is."""
+    for key, origin in origins.items():
+        if exc.path == key:
+            return UsageError(f"{origin}: {exc.problem}")
+        if exc.path.startswith((f"{key}.", f"{key}[")):
+            return UsageError(f"{origin}: {exc.path}: {exc.problem}")
+    inside = [origin for key, origin in origins.items() if key.startswith(f"{exc.path}.")]
+    if inside:
+        return UsageError(f"{exc.source} with {' '.join(inside)}: {exc.path}: {exc.problem}")
+    return exc
 
-    def __enter__(self) -> _StepProgress:
-        self.thread.start()
-        return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.done.set()
-        self.thread.join()
-        self._update()
-        self.bar.close()
+def _build(load: Callable[[Mapping[str, Any]], RunConfig], args: argparse.Namespace) -> RunConfig:
+    values, origins = _overrides(args)
+    try:
+        return load(values)
+    except ConfigError as exc:
+        blamed = _blame(exc, origins)
+        if blamed is exc:
+            raise
+        raise blamed from exc
 
 
 def _config(args: argparse.Namespace) -> RunConfig:
-    overrides = dict(parse_override(text) for text in args.set)
-    if getattr(args, "steps", None):
-        overrides["train.steps"] = args.steps
-    if args.run_dir:
-        overrides["store.root"] = args.run_dir
-    return load_config(args.config, overrides)
+    """The run config of ``train``: ``--config`` (default: the embedded preset) and the
+    options' overrides."""
+    path = args.config
+    if path is not None and not Path(path).is_file():
+        what = "is a directory" if Path(path).is_dir() else "no such file"
+        raise UsageError(
+            f"--config {path}: {what} (expected a YAML run config, e.g. configs/tiny-sim.yaml)"
+        )
+    return _build(lambda overrides: load_config(path, overrides), args)
+
+
+def _open_run(run_dir: str, run_id: str, step: int | None = None) -> ArtifactStore:
+    """The store of ``--run-dir`` after checking that ``--run`` (and ``--step``) exist there."""
+    store = open_store(run_dir)
+    try:
+        steps = RunIndex(store, run_id).steps()
+    except ValueError as exc:  # a run id that cannot be one (RunIndex checks the name)
+        raise UsageError(f"--run {run_id}: {exc}") from None
+    if not steps:
+        runs = sorted({key.split("/")[1] for key in store.list_entries("index")})
+        there = f"runs there: {', '.join(runs)}" if runs else "no runs there"
+        raise UsageError(f"--run {run_id}: no such run in {store.root} ({there})")
+    if step is not None and step not in steps:
+        raise UsageError(
+            f"--step {step}: run {run_id} has no step {step} (recorded: {steps[0]}–{steps[-1]})"
+        )
+    return store
 
 
 def _tracking_summary(cfg: RunConfig, mlflow_run: str) -> list[str]:
@@ -179,10 +208,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     run_id = run_id_for(cfg)
     index = RunIndex(open_store(cfg.store.root, cfg.store.s3_endpoint), run_id)
     started = time.perf_counter()
-    with run_lock(cfg.store.root, run_id):
+    log_path = run_log_path(cfg.store.root, run_id)
+    with run_lock(cfg.store.root, run_id), run_log(log_path, args.argv) as log_file:
         index.steps()  # an unreachable or unusable store fails here, before any task runs
         with (
-            _StepProgress(index, cfg.train.steps),
+            StepProgress(index, cfg.train.steps),
             _terminate_as_exit(),
             closing_on_failure(cfg, run_id, "train"),
         ):
@@ -196,6 +226,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         *_tracking_summary(cfg, out.mlflow_run),
         f"Replay a step:  evosteer replay --run-dir {cfg.store.root} --run {run_id} --step 1",
         f"Report:         evosteer report --run-dir {cfg.store.root} --run {run_id}",
+        *([f"Log file:       {log_file}"] if log_file else []),
         run_id,
     ]
     print("\n".join(lines))
@@ -205,12 +236,13 @@ def cmd_train(args: argparse.Namespace) -> int:
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from evosteer_flyte.workflows.evaluate import evaluate
 
-    store = open_store(args.run_dir)
-    cfg = run_config(store, args.run)
-    overrides = {"store.root": args.run_dir, **dict(parse_override(t) for t in args.set)}
-    from evosteer_core.infra.config import config_from_dict
-
-    cfg = config_from_dict(cfg.to_dict(), f"{args.run}/config.yaml", overrides)
+    store = _open_run(args.run_dir, args.run, args.step)
+    recorded = run_config(store, args.run).to_dict()
+    source = f"{args.run}/config.yaml"
+    cfg = _build(
+        lambda sets: config_from_dict(recorded, source, {"store.root": args.run_dir, **sets}),
+        args,
+    )
     index = RunIndex(store, args.run)
     step = args.step if args.step is not None else max(index.steps())
     state = index.lookup(step, "state")
@@ -219,9 +251,10 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         name, _, path = item.partition("=")
         names.append(name)
         paths.append(path)
-    out = evaluate(
-        config_yaml=cfg.to_yaml(), state=state, benchmarks=names, paths=paths, runs=args.runs
-    )
+    with run_log(run_log_path(args.run_dir, args.run), args.argv):
+        out = evaluate(
+            config_yaml=cfg.to_yaml(), state=state, benchmarks=names, paths=paths, runs=args.runs
+        )
     from evosteer_core.infra.artifacts import get_json
 
     table = get_json(store, out.table)
@@ -236,7 +269,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 def cmd_replay(args: argparse.Namespace) -> int:
     from evosteer_flyte.workflows.replay import replay
 
-    result = replay(store_root=args.run_dir, run_id=args.run, step=args.step)
+    _open_run(args.run_dir, args.run, args.step)
+    with run_log(None, args.argv):  # replay writes nothing, not even a log file
+        result = replay(store_root=args.run_dir, run_id=args.run, step=args.step)
     for line in result.lines:
         print(line)
     if result.identical:
@@ -249,13 +284,43 @@ def cmd_replay(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from evosteer_core.pipeline.report import render_html, run_history
 
-    store = open_store(args.run_dir)
+    store = _open_run(args.run_dir, args.run)
     cfg = run_config(store, args.run)
     history = run_history(store, args.run)
     out = Path(args.out or Path(args.run_dir) / f"report-{args.run}.html")
     out.write_text(render_html(history, args.run, cfg.executor.kind == "sim"), encoding="utf-8")
     print(f"wrote {out} ({len(history)} steps)")
     return 0
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with a one-line error (``evosteer train: argument --steps: expected an integer
+    ≥ 1, found '0' (see evosteer train --help)``) and exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def _int_at_least(low: int) -> Callable[[str], int]:
+    """An argparse type: an integer ≥ ``low`` (``--steps 0`` is an error, not "all steps")."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < low:
+            raise argparse.ArgumentTypeError(f"expected an integer ≥ {low}, found {text!r}")
+        return value
+
+    return parse
+
+
+def _version() -> str:
+    try:
+        return metadata.version("evosteer")
+    except metadata.PackageNotFoundError:  # run from a checkout that is not installed
+        return "unknown (not installed)"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -266,33 +331,37 @@ def build_parser() -> argparse.ArgumentParser:
         default=argparse.SUPPRESS,
         help="on failure, show the full traceback instead of one line",
     )
-    p = argparse.ArgumentParser(
-        prog="evosteer", description=__doc__.split("\n\n")[0], parents=[debug]
+    p = _Parser(prog="evosteer", description=__doc__.split("\n\n")[0], parents=[debug])
+    p.add_argument(
+        "--version", action="version", version=f"%(prog)s {_version()}", help="print the version"
     )
-    sub = p.add_subparsers(dest="command", required=True)
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    run_dir_help = "artifact store root of the run (a folder or s3://bucket/prefix)"
+    run_help = "run id (the last line train printed)"
+    set_help = "override any config key, e.g. --set train.batch_size=6 (repeatable)"
 
     t = sub.add_parser(
         "train", help="run the train workflow (resumes from the task cache)", parents=[debug]
     )
     t.add_argument("--config", default=None, help="YAML config (default: embedded tiny-sim)")
-    t.add_argument("--steps", type=int, default=None, help="override train.steps")
-    t.add_argument("--run-dir", default=None, help="artifact store root (override store.root)")
     t.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override any config key, e.g. --set train.batch_size=6",
+        "--steps", type=_int_at_least(1), default=None, help="train this many steps (train.steps)"
     )
+    t.add_argument("--run-dir", default=None, help="artifact store root (store.root)")
+    t.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help=set_help)
     t.set_defaults(func=cmd_train)
 
     e = sub.add_parser(
         "evaluate", help="checkpoint × benchmarks × runs → means ± std", parents=[debug]
     )
-    e.add_argument("--run-dir", required=True)
-    e.add_argument("--run", required=True, help="run id (printed by train)")
-    e.add_argument("--step", type=int, default=None, help="checkpoint step (default: last)")
-    e.add_argument("--runs", type=int, default=5)
+    e.add_argument("--run-dir", required=True, help=run_dir_help)
+    e.add_argument("--run", required=True, help=run_help)
+    e.add_argument(
+        "--step", type=_int_at_least(0), default=None, help="checkpoint step (default: the last)"
+    )
+    e.add_argument(
+        "--runs", type=_int_at_least(1), default=5, help="runs per benchmark (default: 5)"
+    )
     e.add_argument(
         "--benchmark",
         action="append",
@@ -300,35 +369,43 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME[=PATH]",
         help="benchmark and its JSONL file (default: the six sim families)",
     )
-    e.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    e.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help=set_help)
     e.set_defaults(func=cmd_evaluate)
 
     r = sub.add_parser(
-        "replay", help="recompute one step; exit 0 iff bit-identical", parents=[debug]
+        "replay",
+        help="recompute one step; exit 0 identical, 1 an artifact differs, 2 cannot replay",
+        parents=[debug],
     )
-    r.add_argument("--run-dir", required=True)
-    r.add_argument("--run", required=True)
-    r.add_argument("--step", type=int, required=True)
+    r.add_argument("--run-dir", required=True, help=run_dir_help)
+    r.add_argument("--run", required=True, help=run_help)
+    r.add_argument(
+        "--step", type=_int_at_least(1), required=True, help="the step to recompute and compare"
+    )
     r.set_defaults(func=cmd_replay)
 
     h = sub.add_parser("report", help="HTML report with plots", parents=[debug])
-    h.add_argument("--run-dir", required=True)
-    h.add_argument("--run", required=True)
-    h.add_argument("--out", default=None)
+    h.add_argument("--run-dir", required=True, help=run_dir_help)
+    h.add_argument("--run", required=True, help=run_help)
+    h.add_argument(
+        "--out", default=None, help="HTML file to write (default: <run-dir>/report-<run>.html)"
+    )
     h.set_defaults(func=cmd_report)
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
-    _quiet_libraries()
+    args.argv = argv
+    quiet_libraries()
     if getattr(args, "debug", False):
         return args.func(args)
     try:
         return args.func(args)
     except Exception as exc:
         print(f"evosteer {args.command}: {error_line(exc)}", file=sys.stderr)
-        return 1
+        return exit_status(args.command, exc)
 
 
 if __name__ == "__main__":

@@ -17,8 +17,8 @@ from pipeline_support import SMALL, isolate_flyte_cache
 
 from evosteer_core.infra import artifacts
 from evosteer_core.infra.artifacts import LocalStore, RunIndex, S3Store, StoreError
-from evosteer_flyte.cli import _StepProgress
 from evosteer_flyte.cli import main as cli_main
+from evosteer_flyte.console import StepProgress
 
 
 @pytest.fixture
@@ -193,7 +193,7 @@ def test_progress_poller_never_raises(monkeypatch):
     index = RunIndex(S3Store("bucket", "runs", dead), "run-1")
     uncaught: list[threading.ExceptHookArgs] = []
     monkeypatch.setattr(threading, "excepthook", uncaught.append)
-    progress = _StepProgress(index, total=3)
+    progress = StepProgress(index, total=3)
     with progress:
         threading.Event().wait(1.5)  # at least one poll from the thread
     assert not uncaught

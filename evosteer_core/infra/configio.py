@@ -35,6 +35,7 @@ class ConfigError(InputError):
     def __init__(self, source: str, path: str, message: str) -> None:
         self.source = source
         self.path = path or "<root>"
+        self.problem = message
         super().__init__(f"{source}: {self.path}: {message}")
 
 

@@ -11,6 +11,7 @@ read; everything else is stored with ``torch.save`` (deterministic bytes).
 from __future__ import annotations
 
 import io
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -39,6 +40,8 @@ from evosteer_core.training.stages import (
 )
 from evosteer_core.training.state import TrainState, from_bytes, to_bytes
 from evosteer_core.training.update import update_stage
+
+_log = logging.getLogger(__name__)
 
 
 # --- encodings -----------------------------------------------------------------------------
@@ -233,6 +236,7 @@ def run_stage(
     and the inputs it reads from ``refs``, run it, store what it writes → {name: ref}.
     ``options``: the rollout stage's ``shard`` and ``n_shards``."""
     stage = STAGE_BY_NAME[name]
+    _log.info("step %d: %s", step, name, extra={"stage": name, "step": step})
     seed_stage(cfg, step, name)
     inputs = _load_inputs(io_, refs, stage.reads)
     call = StageCall(cfg, step, io_.get_state(state), inputs, dict(options))

@@ -1,0 +1,198 @@
+"""What the person at the terminal sees while a command runs, and where the rest goes.
+
+Quiet by default: one progress bar for a training run (:class:`StepProgress`), our own
+warnings as one line each, and everything else — INFO records of our modules (which stage
+runs, what the backbone loading said), the libraries' warnings and log records, the
+traceback of a failure — in the run's log file (:func:`run_log`, :func:`run_log_path`).
+docs/pipeline.md, "The terminal and the log file", says what goes where.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+from evosteer_core.infra.artifacts import RunIndex
+from evosteer_core.infra.locks import run_lock_path
+
+OUR_LOGGERS = ("evosteer_core", "evosteer_flyte")
+"""The loggers whose warnings are shown on the terminal (the libraries' go to the file)."""
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+_log = logging.getLogger(__name__)
+
+
+def quiet_libraries() -> None:
+    """Keep the libraries' own console handlers to errors. Set through the environment where a
+    library reads its level when it is imported (MLflow, transformers), so this works whether
+    or not they are imported yet."""
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "ERROR")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("FLYTE_SDK_LOGGING_LEVEL", "40")
+    for name in ("flytekit", "mlflow", "alembic", "transformers"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
+def run_log_path(store_root: str, run_id: str) -> Path:
+    """``<root>/logs/<run_id>.log`` for a local store; for an S3 store a file on this machine
+    beside the run's lock (``~/.cache/evosteer/logs/``)."""
+    lock = run_lock_path(store_root, run_id)
+    return lock.parent.parent / "logs" / lock.with_suffix(".log").name
+
+
+class _Terminal(logging.Handler):
+    """Our warnings and errors as ``warning: <message>`` lines written around the progress bar
+    (``tqdm.write``); a record marked ``terminal=False`` (a traceback meant for the file) and
+    everything from other loggers are left to the file."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        ours = record.name.split(".", 1)[0] in OUR_LOGGERS
+        return ours and getattr(record, "terminal", True)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        from tqdm import tqdm
+
+        try:
+            tqdm.write(f"{record.levelname.lower()}: {record.getMessage()}", file=sys.stderr)
+        except Exception:  # noqa: BLE001 - a log line must not fail the run
+            self.handleError(record)
+
+
+@contextmanager
+def run_log(path: Path | None, argv: Sequence[str]) -> Iterator[Path | None]:
+    """Route logging for one command: INFO and above of every logger, and Python warnings, to
+    ``path`` (appended; None or a file that cannot be created: no file), our warnings to the
+    terminal. A failure's traceback is written to the file before it propagates. Yields the
+    file's path, or None. Everything is undone on exit (the CLI also runs inside tests)."""
+    root = logging.getLogger()
+    handlers: list[logging.Handler] = [_Terminal()]
+    if path is not None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            handlers.append(logging.FileHandler(path, encoding="utf-8"))
+            handlers[-1].setFormatter(logging.Formatter(LOG_FORMAT))
+        except OSError as exc:
+            path = None
+            _log.warning("no log file: %s", exc)
+    level = root.level
+    root.setLevel(logging.INFO)
+    for handler in handlers:
+        root.addHandler(handler)
+    logging.captureWarnings(True)
+    try:
+        _log.info("evosteer %s (pid %d)", " ".join(argv), os.getpid())
+        yield path
+    except BaseException:
+        _log.error("failed", exc_info=True, extra={"terminal": False})
+        raise
+    finally:
+        logging.captureWarnings(False)
+        for handler in handlers:
+            root.removeHandler(handler)
+            handler.close()
+        root.setLevel(level)
+
+
+class StepProgress(logging.Handler):
+    """One tqdm bar for a training run: steps done of the total, s/step and ETA (tqdm's own),
+    the stage now running and the last finished step's mean rewards under θ and ρ, plus its
+    rollout health when some trajectories hit an infrastructure failure.
+
+    The stage comes from the INFO record that ``stage_io.run_stage`` logs as a stage starts
+    (this object is a logging handler on our loggers while the bar is open); finished steps
+    and their metrics from polling the run index once a second. Only a display, so it never
+    raises: a failed listing (store unreachable, ...) shows as the postfix until a listing
+    succeeds again; the workflow reports its own failure."""
+
+    def __init__(self, index: RunIndex, total: int) -> None:
+        from tqdm import tqdm
+
+        super().__init__(logging.INFO)
+        self.index = index
+        self.bar = tqdm(total=total, desc="train", unit="step", file=sys.stderr)
+        self.ticking = sys.stderr.isatty()
+        """Redraw every poll on a terminal; elsewhere (a CI log) only when something changed."""
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._poll, daemon=True)
+        self.bar_lock = threading.Lock()
+        self.now = ""
+        """The stage running now (``step 3 rescore``)."""
+        self.last: tuple[int, str] = (0, "")
+        """(step, summary) of the latest finished step read so far."""
+        self.levels: dict[str, int] = {}
+
+    def emit(self, record: logging.LogRecord) -> None:
+        stage = getattr(record, "stage", None)
+        if stage is not None:
+            self.now = f"step {getattr(record, 'step', '?')} {stage}"
+            self._show()
+
+    def _poll(self) -> None:
+        while not self.done.wait(1.0):
+            self._update()
+
+    def _update(self) -> None:
+        try:
+            done = [s for s in self.index.steps() if 1 <= s <= self.bar.total]
+            if done and max(done) != self.last[0]:
+                self.last = (max(done), self._summary(max(done)))
+        except Exception as exc:  # noqa: BLE001 - a display must not fail the run
+            from evosteer_flyte.cli import error_line
+
+            with self.bar_lock:
+                self.bar.set_postfix_str(f"progress unavailable: {error_line(exc)}")
+            return
+        with self.bar_lock:
+            if len(done) != self.bar.n:
+                self.bar.update(len(done) - self.bar.n)
+            elif self.ticking:
+                self.bar.refresh()  # the elapsed time and ETA move on
+        self._show()
+
+    def _show(self) -> None:
+        text = " · ".join(t for t in (self.now, self.last[1]) if t)
+        with self.bar_lock:
+            if text != self.bar.postfix:
+                self.bar.set_postfix_str(text)
+
+    def _summary(self, step: int) -> str:
+        from evosteer_core.pipeline.stage_io import StepStore, step_metrics
+
+        m = step_metrics(StepStore(self.index.store), self.index.step_artifacts(step))
+        text = f"step {step}: θ {m['reward_theta']:.3f} ρ {m['reward_rho']:.3f}"
+        if m["infra_failures"]:
+            text += (
+                f" infra_failures={m['infra_failures']:.0f}"
+                f" healthy_fraction={m['healthy_fraction']:.2f}"
+            )
+        return text
+
+    def __enter__(self) -> StepProgress:
+        for name in OUR_LOGGERS:
+            logger = logging.getLogger(name)
+            self.levels[name] = logger.level
+            if not logger.isEnabledFor(logging.INFO):
+                logger.setLevel(logging.INFO)
+            logger.addHandler(self)
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.done.set()
+        self.thread.join()
+        for name, level in self.levels.items():
+            logging.getLogger(name).removeHandler(self)
+            logging.getLogger(name).setLevel(level)
+        self.now = ""
+        self._update()
+        self.bar.close()
