@@ -241,7 +241,7 @@ def test_a_run_left_running_is_killed_then_continued(tracking_uri: str, tmp_path
 @pytest.mark.parametrize(
     ("error", "status"),
     [
-        (RuntimeError("injected\nfailure"), "FAILED"),
+        (RuntimeError("injected\nfailure at http://user:secret@host/x?token=t0k"), "FAILED"),
         (KeyboardInterrupt(), "KILLED"),
         (SystemExit(143), "KILLED"),
     ],
@@ -255,6 +255,9 @@ def test_a_failing_or_interrupted_train_ends_its_run(tracking_uri, tmp_path, err
     assert run.info.status == status
     assert run.data.tags[END_REASON_TAG].startswith(type(error).__name__)
     assert "\n" not in run.data.tags[END_REASON_TAG]
+    assert (
+        "secret" not in run.data.tags[END_REASON_TAG] and "t0k" not in run.data.tags[END_REASON_TAG]
+    )
 
 
 def test_an_unreachable_mlflow_does_not_hide_the_error(tmp_path: Path):

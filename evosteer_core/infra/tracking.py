@@ -33,7 +33,7 @@ from evosteer_core.infra.artifacts import ArtifactRef, ArtifactStore, StoreError
 from evosteer_core.infra.configio import ConfigError, flatten
 from evosteer_core.infra.locks import file_lock
 from evosteer_core.infra.provenance import code_tags
-from evosteer_core.infra.redact import redact_url, redact_urls
+from evosteer_core.infra.redact import redact_text, redact_url, redact_urls
 from evosteer_core.infra.runs import config_hash
 
 if TYPE_CHECKING:
@@ -226,14 +226,15 @@ def end_unfinished_runs(
 def closing_on_failure(config: RunConfig, run_id: str, workflow: str) -> Iterator[None]:
     """Around a workflow run by this process under the run lock: if it raises, its MLflow run
     (RUNNING, same run id and workflow) ends FAILED, or KILLED for an interrupt (Ctrl-C,
-    SIGTERM as ``SystemExit``), with the error's one line as :data:`END_REASON_TAG`; the error
+    SIGTERM as ``SystemExit``), with the error's one line (URLs redacted) as
+    :data:`END_REASON_TAG`; the error
     is re-raised as it was, also when MLflow itself cannot be reached to close the run."""
     try:
         yield
     except BaseException as exc:
         status = "KILLED" if isinstance(exc, KeyboardInterrupt | SystemExit) else "FAILED"
         if config.tracking.enabled:
-            reason = " ".join(f"{type(exc).__name__}: {exc}".split())
+            reason = redact_text(" ".join(f"{type(exc).__name__}: {exc}".split()))
             with contextlib.suppress(Exception):  # the original error is the one to report
                 end_unfinished_runs(
                     config, {RUN_ID_TAG: run_id, WORKFLOW_TAG: workflow}, status, reason
