@@ -11,6 +11,9 @@ import contextlib
 import hashlib
 import json
 import os
+import threading
+import weakref
+from collections import OrderedDict
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -195,12 +198,105 @@ class Policy:
         self.load_adapter_state_dict(load_safetensors(data))
 
 
+class _Loaded:
+    """A loaded backbone kept for reuse: its fresh adapter, its tokenizer (with its memos), and
+    what it must still look like to be handed out again."""
+
+    def __init__(self, policy: Policy) -> None:
+        self.model = policy.model
+        self.tokenizer = policy.tokenizer
+        self.initial = policy.adapter_state_dict()
+        self.shape = self._shape()
+        self.lease: weakref.ref[Policy] = weakref.ref(policy)
+
+    def _shape(self) -> tuple:
+        """Every parameter and buffer by name and identity, with the version counter of every
+        tensor but the adapter's (any in-place write to the backbone, a merge, an unload or a
+        new adapter changes it) and the LoRA layers' merge/disable flags."""
+        tensors = [*self.model.named_parameters(), *self.model.named_buffers()]
+        flags = [
+            (name, bool(getattr(m, "merged", False)), bool(getattr(m, "disable_adapters", False)))
+            for name, m in self.model.named_modules()
+            if hasattr(m, "lora_A")
+        ]
+        return tuple(
+            (n, id(t), t.requires_grad, -1 if "lora_" in n else t._version) for n, t in tensors
+        ), tuple(flags)
+
+    def free(self) -> bool:
+        """No live :class:`Policy` holds it and it is unchanged."""
+        return self.lease() is None and self._shape() == self.shape
+
+    def hand_out(self, config: PolicyConfig) -> Policy:
+        """A policy on the kept model, reset to the state a fresh load gives: the freshly
+        drawn adapter, no gradients, eval mode."""
+        for param in self.model.parameters():
+            param.grad = None
+        policy = Policy(self.model, self.tokenizer, config)
+        policy.load_adapter_state_dict(self.initial)
+        self.model.eval()
+        self.lease = weakref.ref(policy)
+        return policy
+
+
+class _LoadedBackbones:
+    """Process-wide reuse of loaded backbones (at most ``size``, least recently used dropped).
+
+    A Flyte task, a replayed stage and every step of the in-process loop open a session, and
+    each used to load the backbone and draw its adapter again. The same key (backbone folder,
+    dtype, device, attention, LoRA shape, prompt window and seed) gives the same weights and
+    the same adapter draw, so a kept model that no live policy uses is handed out instead,
+    with the adapter reset to the kept fresh draw. One model never serves two live policies.
+    """
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._kept: OrderedDict[tuple, _Loaded] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def take(self, key: tuple, config: PolicyConfig) -> Policy | None:
+        with self._lock:
+            kept = self._kept.get(key)
+            if kept is None or not kept.free():
+                return None
+            self._kept.move_to_end(key)
+            return kept.hand_out(config)
+
+    def keep(self, key: tuple, policy: Policy) -> None:
+        with self._lock:
+            old = self._kept.get(key)
+            if old is not None and old.lease() is not None:
+                return  # still in use: keep that one
+            self._kept[key] = _Loaded(policy)
+            self._kept.move_to_end(key)
+            while len(self._kept) > self.size:
+                self._kept.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._kept.clear()
+
+
+LOADED_BACKBONES = _LoadedBackbones(size=2)
+"""The backbones ``load_policy`` keeps for reuse in this process."""
+
+
+def _folder_stamp(source: str) -> tuple:
+    """Name, size and modification time of a model folder's files (a folder written again
+    under the same path is another key); empty for a hub id."""
+    folder = Path(source)
+    if not folder.is_dir():
+        return ()
+    return tuple((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in sorted(folder.iterdir()))
+
+
 def load_policy(
     config: PolicyConfig,
     *,
     seed: int = 0,
     cache_dir: str | None = None,
     attn_implementation: str | None = None,
+    reuse: bool = True,
 ) -> Policy:
     """Load the backbone named by the ``policy`` config section and wrap it with a freshly
     initialized LoRA adapter (``policy.lora``).
@@ -209,9 +305,30 @@ def load_policy(
     θ == ρ. The prompt limit is min(backbone context, ``policy.context_tokens``) minus
     ``policy.max_action_tokens``. Attention: eager on CUDA (its fused SDPA backward is not
     deterministic), SDPA elsewhere, unless ``attn_implementation`` says otherwise.
+
+    With ``reuse`` a backbone loaded earlier in this process under the same key and no longer
+    in use is handed out again (:data:`LOADED_BACKBONES`), bitwise as a fresh load would be.
     """
     source = resolve_backbone(config, seed, cache_dir)
     attn = attn_implementation or ("eager" if config.device.startswith("cuda") else "sdpa")
+    lc = config.lora
+    key = (
+        source,
+        config.dtype,
+        config.device,
+        attn,
+        lc.r,
+        float(lc.alpha),
+        lc.dropout,
+        tuple(lc.target_modules),
+        config.context_tokens,
+        config.max_action_tokens,
+        seed,
+        _folder_stamp(source),
+    )
+    kept = LOADED_BACKBONES.take(key, config) if reuse else None
+    if kept is not None:
+        return kept
     base = AutoModelForCausalLM.from_pretrained(
         source, dtype=DTYPES[config.dtype], attn_implementation=attn
     )
@@ -238,4 +355,7 @@ def load_policy(
         torch.manual_seed(derive_seed(seed, "lora-init"))
         model = get_peft_model(base, lora)
     model.eval()
-    return Policy(model, PolicyTokenizer(hf_tokenizer, max_prompt), config)
+    policy = Policy(model, PolicyTokenizer(hf_tokenizer, max_prompt), config)
+    if reuse:
+        LOADED_BACKBONES.keep(key, policy)
+    return policy
