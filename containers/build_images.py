@@ -1,8 +1,11 @@
 """Build (and optionally push) the pipeline's container images with the Docker SDK.
 
 Reads containers/images.yaml, builds each image from the repository root as its context and
-tags it ``<registry>/<repository>:<version>``. Without a reachable Docker engine it exits with
-status 2 and says so (this project's CI machines have the client but no engine).
+tags it ``<registry>/<repository>:<version>-<code hash>`` (evosteer_flyte/images.py: the hash of
+the Dockerfiles and the build inputs, so new code or dependencies get a new tag). Every image
+gets the references of the whole set as ``EVOSTEER_IMAGES``, so a pod names the images its
+workflows were registered with. Without a reachable Docker engine it exits with status 2 and
+says so (this project's CI machines have the client but no engine).
 
     python containers/build_images.py                 # build all
     python containers/build_images.py --only cpu --push
@@ -13,47 +16,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
 REPO = Path(__file__).resolve().parents[1]
-IMAGES_FILE = REPO / "containers" / "images.yaml"
+sys.path.insert(0, str(REPO))  # the images module of this checkout, installed or not
+
+from evosteer_flyte.images import IMAGES_ENV, ImageRef, images_env, load_images  # noqa: E402
+
 NO_ENGINE_EXIT = 2
-
-
-@dataclass(frozen=True)
-class ImageSpec:
-    """One image: its kind (task kind), Dockerfile (relative to the repo) and reference."""
-
-    kind: str
-    dockerfile: str
-    repository: str
-    tag: str
-
-    @property
-    def reference(self) -> str:
-        return f"{self.repository}:{self.tag}"
-
-
-def load_images(path: Path = IMAGES_FILE) -> list[ImageSpec]:
-    """The images of ``images.yaml``; a missing field or Dockerfile names the entry."""
-    data = yaml.safe_load(path.read_text())
-    try:
-        registry, version, images = data["registry"], str(data["version"]), data["images"]
-    except (KeyError, TypeError) as exc:
-        raise ValueError(f"{path}: expected keys registry, version, images ({exc})") from exc
-    specs = []
-    for kind, entry in images.items():
-        missing = {"dockerfile", "repository"} - set(entry or {})
-        if missing:
-            raise ValueError(f"{path}: images.{kind}: missing {sorted(missing)}")
-        if not (REPO / entry["dockerfile"]).is_file():
-            raise ValueError(f"{path}: images.{kind}.dockerfile: {entry['dockerfile']} not found")
-        repo = f"{registry.rstrip('/')}/{entry['repository']}"
-        specs.append(ImageSpec(kind, entry["dockerfile"], repo, version))
-    return specs
 
 
 def _engine():
@@ -76,11 +46,16 @@ def _engine():
     return client
 
 
-def build(client, spec: ImageSpec) -> None:
+def build(client, spec: ImageRef, build_env: str) -> None:
     """Build one image, streaming the engine's log; a build error raises RuntimeError."""
     print(f"== building {spec.reference} from {spec.dockerfile}", flush=True)
     for chunk in client.api.build(
-        path=str(REPO), dockerfile=spec.dockerfile, tag=spec.reference, rm=True, decode=True
+        path=str(REPO),
+        dockerfile=spec.dockerfile,
+        tag=spec.reference,
+        buildargs={IMAGES_ENV: build_env},
+        rm=True,
+        decode=True,
     ):
         if "error" in chunk:
             raise RuntimeError(f"building {spec.reference} failed: {chunk['error']}")
@@ -88,7 +63,7 @@ def build(client, spec: ImageSpec) -> None:
             print(chunk["stream"], end="", flush=True)
 
 
-def push(client, spec: ImageSpec) -> None:
+def push(client, spec: ImageRef) -> None:
     """Push one image; an error reported by the registry raises RuntimeError."""
     print(f"== pushing {spec.reference}", flush=True)
     for chunk in client.images.push(spec.repository, tag=spec.tag, stream=True, decode=True):
@@ -104,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     specs = load_images()
+    build_env = images_env(specs)  # the whole set, also when building only some
     if args.only:
         unknown = set(args.only) - {s.kind for s in specs}
         if unknown:
@@ -120,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     if client is None:
         return NO_ENGINE_EXIT
     for spec in specs:
-        build(client, spec)
+        build(client, spec, build_env)
         if args.push:
             push(client, spec)
     return 0

@@ -3,6 +3,7 @@ and build_images.py against a fake Docker engine on 127.0.0.1 (and with no engin
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import re
@@ -19,7 +20,7 @@ import pytest
 import yaml
 
 import evosteer_core
-from evosteer_core.infra.config import load_config
+from evosteer_flyte import images
 
 REPO = Path(__file__).resolve().parents[1]
 CONTAINERS = REPO / "containers"
@@ -111,18 +112,98 @@ def test_torch_pin_matches_constraints() -> None:
         assert f"torch=={pin.group(1)}" in (CONTAINERS / name).read_text()
 
 
-def test_image_references_are_consistent() -> None:
+def _independent_tag(root: Path) -> str:
+    """The tag rule computed here: Docker's own build context (``.dockerignore`` applied by the
+    docker package), restricted to the Dockerfiles and the tag inputs, hashed as
+    sha256(path NUL sha256(content) LF ...) in path order."""
+    from docker.utils.build import exclude_paths
+
+    data = yaml.safe_load((root / "containers" / "images.yaml").read_text())
+    wanted = list(data["tag_inputs"]) + [e["dockerfile"] for e in data["images"].values()]
+    patterns = [
+        p.strip()
+        for p in (root / ".dockerignore").read_text().splitlines()
+        if p.strip() and not p.startswith("#")
+    ]
+    context = exclude_paths(str(root), patterns)
+    files = sorted(
+        f
+        for f in context
+        if (root / f).is_file() and any(f == w or f.startswith(w + "/") for w in wanted)
+    )
+    lines = "".join(f"{f}\0{hashlib.sha256((root / f).read_bytes()).hexdigest()}\n" for f in files)
+    return f"{evosteer_core.__version__}-{hashlib.sha256(lines.encode()).hexdigest()[:12]}"
+
+
+def test_image_references_are_tagged_with_the_code_hash() -> None:
     specs = {s.kind: s for s in build_images.load_images()}
     assert set(specs) == {"cpu", "train_gpu", "rollout_vllm"}
-    assert all(s.tag == evosteer_core.__version__ for s in specs.values())
-    images = load_config(REPO / "configs" / "paper.yaml").images
-    assert {k: getattr(images, k) for k in specs} == {k: s.reference for k, s in specs.items()}
+    assert {s.tag for s in specs.values()} == {_independent_tag(REPO)}
+    assert specs["cpu"].reference == f"ghcr.io/evosteer/evosteer-cpu:{_independent_tag(REPO)}"
+
+
+def test_the_tag_covers_everything_the_dockerfiles_copy() -> None:
+    inputs = yaml.safe_load((CONTAINERS / "images.yaml").read_text())["tag_inputs"]
+    for path in DOCKERFILES:
+        for word, args in instructions(path):
+            if word in ("COPY", "ADD") and "--from=" not in args:
+                *sources, _dest = args.split()
+                assert set(sources) <= set(inputs), f"{path.name}: {sources} not in tag_inputs"
+
+
+def _tree(tmp_path: Path) -> Path:
+    """A copy of what the tag reads, plus a file it must not read."""
+    root = tmp_path / "repo"
+    for rel in ("evosteer_core", "evosteer_flyte", "configs", "containers"):
+        shutil.copytree(REPO / rel, root / rel, ignore=shutil.ignore_patterns("__pycache__"))
+    for rel in ("pyproject.toml", "constraints.txt", ".dockerignore", "README.md"):
+        shutil.copy(REPO / rel, root / rel)
+    return root
+
+
+def _tag(root: Path) -> str:
+    (tag,) = {i.tag for i in images.load_images(root / "containers" / "images.yaml", root)}
+    assert tag == _independent_tag(root)
+    return tag
+
+
+@pytest.mark.parametrize(
+    "changed, retagged",
+    [
+        ("evosteer_core/training/loop.py", True),
+        ("evosteer_flyte/tasks/resources.py", True),
+        ("constraints.txt", True),
+        ("pyproject.toml", True),
+        ("containers/Dockerfile.train-gpu", True),
+        ("configs/paper.yaml", True),
+        ("README.md", False),
+        ("evosteer_core/__pycache__/stale.cpython-311.pyc", False),
+    ],
+)
+def test_new_code_or_dependencies_get_a_new_tag(tmp_path: Path, changed: str, retagged: bool):
+    root = _tree(tmp_path)
+    before = _tag(root)
+    target = root / changed
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with target.open("a") as f:
+        f.write("\n# changed\n")
+    assert (_tag(root) != before) is retagged
+
+
+def test_an_image_names_the_references_it_was_built_with(monkeypatch) -> None:
+    refs = build_images.load_images()
+    value = images.images_env(refs)
+    assert images.parse_images_env(value) == {i.kind: i.reference for i in refs}
+    monkeypatch.setenv(images.IMAGES_ENV, "cpu=reg/c:1,train_gpu=reg/g:1")
+    assert images.task_images() == {"cpu": "reg/c:1", "train_gpu": "reg/g:1"}
+    with pytest.raises(ValueError, match=r"EVOSTEER_IMAGES: expected kind=reference, got 'cpu'"):
+        images.parse_images_env("cpu")
 
 
 def test_images_yaml_errors_name_the_entry(tmp_path: Path) -> None:
     bad = tmp_path / "images.yaml"
     bad.write_text(
-        yaml.safe_dump({"registry": "r", "version": 1, "images": {"cpu": {"dockerfile": "x"}}})
+        yaml.safe_dump({"registry": "r", "tag_inputs": [], "images": {"cpu": {"dockerfile": "x"}}})
     )
     with pytest.raises(ValueError, match=r"images\.cpu: missing \['repository'\]"):
         build_images.load_images(bad)
@@ -130,12 +211,15 @@ def test_images_yaml_errors_name_the_entry(tmp_path: Path) -> None:
         yaml.safe_dump(
             {
                 "registry": "r",
-                "version": 1,
+                "tag_inputs": [],
                 "images": {"cpu": {"dockerfile": "nope", "repository": "c"}},
             }
         )
     )
     with pytest.raises(ValueError, match=r"images\.cpu\.dockerfile: nope not found"):
+        build_images.load_images(bad)
+    bad.write_text(yaml.safe_dump({"registry": "r", "tag_inputs": ["nowhere"], "images": {}}))
+    with pytest.raises(ValueError, match=r"tag_inputs: nowhere not found"):
         build_images.load_images(bad)
 
 
@@ -220,8 +304,12 @@ def test_build_with_a_fake_engine_tags_and_sends_the_filtered_context() -> None:
     assert result.returncode == 0, result.stderr
     assert "Step 1/1 : FROM fake" in result.stdout
     (build,) = FakeEngine.builds
-    assert build["query"]["t"] == [f"ghcr.io/evosteer/evosteer-cpu:{evosteer_core.__version__}"]
+    refs = build_images.load_images()
+    assert build["query"]["t"] == [next(i.reference for i in refs if i.kind == "cpu")]
     assert build["query"]["dockerfile"] == ["containers/Dockerfile.cpu"]
+    # the whole set, though only cpu was built: a CPU pod compiles GPU tasks too
+    (buildargs,) = build["query"]["buildargs"]
+    assert json.loads(buildargs) == {images.IMAGES_ENV: images.images_env(refs)}
     names = build["names"]
     assert "pyproject.toml" in names and "evosteer_core/infra/config.py" in names
     assert not any(n.startswith((".venv/", ".git/", "runs/")) for n in names)

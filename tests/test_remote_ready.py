@@ -1,15 +1,16 @@
 """Remote readiness: the workflows compile for a Flyte cluster without one.
 
-Every task is serialized with the images of configs/paper.yaml, and the dynamic bodies of the
-240-step train workflow are compiled the way the cluster compiles them at run time; the
-compiled task templates and node counts are checked.
+Every task is serialized as ``pyflyte package`` does with no ``--image`` flags (each task
+names its image in full: evosteer_flyte/images.py), and the dynamic bodies of the 240-step
+train workflow of configs/paper.yaml are compiled the way the cluster compiles them at run
+time; the compiled task templates and node counts are checked.
 """
 
 from collections import OrderedDict
 from pathlib import Path
 
 import pytest
-from flytekit.configuration import SerializationSettings
+from flytekit.configuration import ImageConfig, SerializationSettings
 from flytekit.core.base_task import PythonTask
 from flytekit.core.context_manager import ExecutionState, FlyteContextManager
 from flytekit.models.task import Resources
@@ -20,7 +21,7 @@ from evosteer_core.infra.config import load_config
 from evosteer_flyte.tasks import evaluate as eval_tasks
 from evosteer_flyte.tasks import replay as replay_tasks
 from evosteer_flyte.tasks import step_tasks, tracking_tasks
-from evosteer_flyte.tasks.resources import image_config
+from evosteer_flyte.tasks.resources import CPU_IMAGE, GPU_IMAGE
 from evosteer_flyte.tasks.spec import make_spec
 from evosteer_flyte.workflows import evaluate as eval_wf
 from evosteer_flyte.workflows import replay as replay_wf
@@ -51,7 +52,10 @@ def _no_store(monkeypatch):
 
 def _settings() -> SerializationSettings:
     return SerializationSettings(
-        image_config=image_config(PAPER), project="evosteer", domain="development", version="v1"
+        image_config=ImageConfig.auto_default_image(),  # what pyflyte uses without flags
+        project="evosteer",
+        domain="development",
+        version="v1",
     )
 
 
@@ -77,12 +81,13 @@ def _requests(template) -> dict[int, str]:
 def _check_template(template) -> None:
     name = _short(template.id.name)
     image = template.container.image
+    assert "{{" not in image, name  # a full reference: registering needs no --image flags
     if name in GPU_TASKS:
-        assert image == PAPER.images.train_gpu, name
+        assert image == GPU_IMAGE, name
         assert template.extended_resources.gpu_accelerator.device == "nvidia-h100", name
         assert _requests(template)[R.GPU] == "1", name
     else:
-        assert image == PAPER.images.cpu, name
+        assert image == CPU_IMAGE, name
         assert (
             not template.extended_resources
             or not template.extended_resources.gpu_accelerator.device

@@ -1,1 +1,1 @@
-"""Flyte workflows: train, evaluate, replay."""
+"""Flyte workflows: train, evaluate, replay, and launch (their launch plans)."""
