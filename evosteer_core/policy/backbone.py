@@ -32,6 +32,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, Cache, LlamaConfig
 
 from evosteer_core.infra.config import PolicyConfig
 from evosteer_core.infra.model_cache import is_complete, publish_folder
+from evosteer_core.infra.quiet import quiet_transformers
 from evosteer_core.infra.seeding import derive_seed
 from evosteer_core.policy.render import render
 from evosteer_core.policy.tokenizer import TINY_TOKENIZER_DIR, PolicyTokenizer, load_tiny_tokenizer
@@ -97,7 +98,8 @@ def tiny_model_folder(cache_dir: Path, seed: int) -> Path:
     _seeded_init(model, derive_seed(seed, "tiny-backbone-init"), TINY_ARCH["initializer_range"])
 
     def fill(folder: Path) -> None:
-        model.save_pretrained(folder)
+        with quiet_transformers("writing the tiny backbone"):
+            model.save_pretrained(folder)
         tokenizer.save_pretrained(folder)
 
     return publish_folder(target, _COMPLETE_MARK, key + "\n", fill)
@@ -329,9 +331,10 @@ def load_policy(
     kept = LOADED_BACKBONES.take(key, config) if reuse else None
     if kept is not None:
         return kept
-    base = AutoModelForCausalLM.from_pretrained(
-        source, dtype=DTYPES[config.dtype], attn_implementation=attn
-    )
+    with quiet_transformers(f"loading {source}"):
+        base = AutoModelForCausalLM.from_pretrained(
+            source, dtype=DTYPES[config.dtype], attn_implementation=attn
+        )
     base.to(config.device)
     hf_tokenizer = AutoTokenizer.from_pretrained(source)
     context = int(getattr(base.config, "max_position_embeddings", 0) or 0)
@@ -351,7 +354,7 @@ def load_policy(
         bias="none",
         task_type="CAUSAL_LM",
     )
-    with torch.random.fork_rng(devices=[]):
+    with torch.random.fork_rng(devices=[]), quiet_transformers(f"adding LoRA to {source}"):
         torch.manual_seed(derive_seed(seed, "lora-init"))
         model = get_peft_model(base, lora)
     model.eval()
