@@ -147,12 +147,9 @@ def test_full_disk_is_one_line_and_leaves_no_partial_object(cli, tmp_path, monke
     root = (tmp_path / "full").resolve()
     _fill_disk_under(monkeypatch, root)
     result = cli(str(root), "--set", f"tracking.enabled={str(tracking).lower()}")
-    # With tracking on, MLflow's artifacts (under the root too) are the first write to fail.
-    first = (
-        f"MLflow tracking sqlite:///{root}/mlflow.db: log the config of run "
-        if tracking
-        else f"store {root}: write object "
-    )
+    # the store's identity (store.json, written when the run spec is made) is the first write,
+    # before MLflow's artifacts or any object, with tracking on or off
+    first = f"store {root}: write entry store.json "
     _assert_one_clear_line(result, first, "failed: No space left on device (ENOSPC)")
     assert not list((root / "objects").rglob(".tmp-*"))  # the failed write left nothing behind
 
