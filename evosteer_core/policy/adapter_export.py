@@ -17,11 +17,11 @@ import tempfile
 from pathlib import Path
 
 import torch
-from peft import LoraConfig, PeftModel
+from peft import PeftModel
 from safetensors.torch import save as save_safetensors
 
 from evosteer_core.infra.config import PolicyConfig
-from evosteer_core.policy.backbone import Policy, load_policy
+from evosteer_core.policy.backbone import Policy, load_policy, lora_config
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
@@ -30,18 +30,6 @@ ADAPTER_FILES = (ADAPTER_CONFIG, ADAPTER_WEIGHTS)
 
 BACKBONE_PRESETS = ("tiny", "smollm2")
 """``policy.backbone`` values that name an evosteer-built base, not a hub id or a folder."""
-
-
-def lora_config(policy: PolicyConfig) -> LoraConfig:
-    """The PEFT LoRA config of ``policy.lora`` (as ``load_policy`` wraps the backbone)."""
-    return LoraConfig(
-        r=policy.lora.r,
-        lora_alpha=float(policy.lora.alpha),
-        lora_dropout=policy.lora.dropout,
-        target_modules=list(policy.lora.target_modules),
-        bias="none",
-        task_type="CAUSAL_LM",
-    )
 
 
 def adapter_files(policy: PolicyConfig, adapter: dict[str, torch.Tensor]) -> dict[str, bytes]:

@@ -292,6 +292,19 @@ def _folder_stamp(source: str) -> tuple:
     return tuple((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in sorted(folder.iterdir()))
 
 
+def lora_config(policy: PolicyConfig) -> LoraConfig:
+    """The PEFT LoRA config of ``policy.lora``: how ``load_policy`` wraps the backbone, and
+    what an exported adapter folder declares (``adapter_export``)."""
+    return LoraConfig(
+        r=policy.lora.r,
+        lora_alpha=float(policy.lora.alpha),
+        lora_dropout=policy.lora.dropout,
+        target_modules=list(policy.lora.target_modules),
+        bias="none",
+        task_type="CAUSAL_LM",
+    )
+
+
 def load_policy(
     config: PolicyConfig,
     *,
@@ -346,14 +359,7 @@ def load_policy(
             f"{source}) leaves no room for prompts beside max_action_tokens "
             f"{config.max_action_tokens}"
         )
-    lora = LoraConfig(
-        r=config.lora.r,
-        lora_alpha=float(config.lora.alpha),
-        lora_dropout=config.lora.dropout,
-        target_modules=list(config.lora.target_modules),
-        bias="none",
-        task_type="CAUSAL_LM",
-    )
+    lora = lora_config(config)
     with torch.random.fork_rng(devices=[]), quiet_transformers(f"adding LoRA to {source}"):
         torch.manual_seed(derive_seed(seed, "lora-init"))
         model = get_peft_model(base, lora)
