@@ -12,6 +12,7 @@ from fault_server import FaultServer
 from mlflow import MlflowClient
 from pipeline_support import isolate_flyte_cache, small_config
 
+from evosteer_core.episode.world import stage_data
 from evosteer_core.infra.config import load_config
 from evosteer_core.infra.redact import redact_text, redact_url, redact_urls
 from evosteer_core.infra.runs import config_hash, run_config, run_id_for
@@ -96,7 +97,7 @@ def test_planted_secrets_never_reach_the_run_dir_mlflow_or_the_report(
             },
         )
         out = train(config_yaml=cfg.to_yaml(), steps=1)
-    assert out.run_id == run_id_for(cfg)
+    assert out.run_id == run_id_for(stage_data(cfg))  # the run hashes its stored data, not the path
     # the executor connected with the real URL: its credentials as HTTP basic auth
     basic = "Basic " + base64.b64encode(f"evo:{SECRETS[0]}".encode()).decode()
     assert srv.log and {r.header("Authorization") for r in srv.log} == {basic}
