@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import re
 import signal
 import sys
 import threading
@@ -34,14 +33,20 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, NoReturn
 
-from evosteer_core.executors.breaker import ExecutorOutageError
-from evosteer_core.infra.artifacts import ArtifactStore, RunIndex, StoreError, open_store
+from evosteer_core.infra.artifacts import ArtifactStore, RunIndex, open_store
 from evosteer_core.infra.config import RunConfig, config_from_dict, load_config
 from evosteer_core.infra.configio import ConfigError, InputError, parse_override
-from evosteer_core.infra.locks import RunInUseError, run_lock
+from evosteer_core.infra.locks import run_lock
 from evosteer_core.infra.runs import run_config, run_id_for
 from evosteer_core.infra.tracking import closing_on_failure
-from evosteer_flyte.console import StepProgress, quiet_libraries, run_log, run_log_path
+from evosteer_flyte.console import (
+    StepProgress,
+    cause_chain,
+    error_line,
+    quiet_libraries,
+    run_log,
+    run_log_path,
+)
 
 
 class UsageError(InputError):
@@ -49,46 +54,10 @@ class UsageError(InputError):
     ``--set``); the message names the option."""
 
 
-_FLYTE_PREFIX = re.compile(r"Error encountered while executing '([^']+)':\s*")
-"""How flytekit's local execution prefixes the message of an exception raised in a task."""
-
-_CLEAR_ERRORS = (StoreError, RunInUseError, InputError)
-"""Errors whose message already says what failed and where (printed without their type)."""
-
-
-def _chain(exc: BaseException) -> Iterator[BaseException]:
-    """``exc`` and its causes: the chain Python itself would print (an explicit cause, else an
-    unsuppressed context), each exception once."""
-    seen: BaseException | None = exc
-    visited: set[int] = set()
-    while seen is not None and id(seen) not in visited:
-        visited.add(id(seen))
-        yield seen
-        seen = seen.__cause__ or (None if seen.__suppress_context__ else seen.__context__)
-
-
-def error_line(exc: BaseException) -> str:
-    """One line for a failed command: a store failure (anywhere in the cause chain) as the
-    store root, operation and cause; an executor outage as its message; anything else as its
-    type, the innermost Flyte task it failed in, and its message without flytekit's prefixes."""
-    for seen in _chain(exc):
-        if isinstance(seen, StoreError):
-            return seen.line
-        if isinstance(seen, ExecutorOutageError):
-            return str(seen)
-    message = " ".join(str(exc).split())
-    tasks = _FLYTE_PREFIX.findall(message)
-    message = _FLYTE_PREFIX.sub("", message)
-    if isinstance(exc, _CLEAR_ERRORS):
-        return message
-    where = f" in task {tasks[-1]}" if tasks else ""
-    return f"{type(exc).__name__}{where}: {message or 'no message'}"
-
-
 def exit_status(command: str, exc: BaseException) -> int:
     """2 for a usage or input error (an :class:`InputError` anywhere in the cause chain) and
     for any failure of ``replay`` (whose 1 means "an artifact differs"); else 1."""
-    if any(isinstance(seen, InputError) for seen in _chain(exc)):
+    if any(isinstance(seen, InputError) for seen in cause_chain(exc)):
         return 2
     return 2 if command == "replay" else 1
 

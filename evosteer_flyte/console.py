@@ -11,14 +11,17 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from evosteer_core.infra.artifacts import RunIndex
-from evosteer_core.infra.locks import run_lock_path
+from evosteer_core.executors.breaker import ExecutorOutageError
+from evosteer_core.infra.artifacts import RunIndex, StoreError
+from evosteer_core.infra.configio import InputError
+from evosteer_core.infra.locks import RunInUseError, run_lock_path
 
 OUR_LOGGERS = ("evosteer_core", "evosteer_flyte")
 """The loggers whose warnings are shown on the terminal (the libraries' go to the file)."""
@@ -26,6 +29,42 @@ OUR_LOGGERS = ("evosteer_core", "evosteer_flyte")
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 _log = logging.getLogger(__name__)
+
+
+_FLYTE_PREFIX = re.compile(r"Error encountered while executing '([^']+)':\s*")
+"""How flytekit's local execution prefixes the message of an exception raised in a task."""
+
+_CLEAR_ERRORS = (StoreError, RunInUseError, InputError)
+"""Errors whose message already says what failed and where (printed without their type)."""
+
+
+def cause_chain(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and its causes: the chain Python itself would print (an explicit cause, else an
+    unsuppressed context), each exception once."""
+    seen: BaseException | None = exc
+    visited: set[int] = set()
+    while seen is not None and id(seen) not in visited:
+        visited.add(id(seen))
+        yield seen
+        seen = seen.__cause__ or (None if seen.__suppress_context__ else seen.__context__)
+
+
+def error_line(exc: BaseException) -> str:
+    """One line for a failed command: a store failure (anywhere in the cause chain) as the
+    store root, operation and cause; an executor outage as its message; anything else as its
+    type, the innermost Flyte task it failed in, and its message without flytekit's prefixes."""
+    for seen in cause_chain(exc):
+        if isinstance(seen, StoreError):
+            return seen.line
+        if isinstance(seen, ExecutorOutageError):
+            return str(seen)
+    message = " ".join(str(exc).split())
+    tasks = _FLYTE_PREFIX.findall(message)
+    message = _FLYTE_PREFIX.sub("", message)
+    if isinstance(exc, _CLEAR_ERRORS):
+        return message
+    where = f" in task {tasks[-1]}" if tasks else ""
+    return f"{type(exc).__name__}{where}: {message or 'no message'}"
 
 
 def quiet_libraries() -> None:
@@ -147,8 +186,6 @@ class StepProgress(logging.Handler):
             if done and max(done) != self.last[0]:
                 self.last = (max(done), self._summary(max(done)))
         except Exception as exc:  # noqa: BLE001 - a display must not fail the run
-            from evosteer_flyte.cli import error_line
-
             with self.bar_lock:
                 self.bar.set_postfix_str(f"progress unavailable: {error_line(exc)}")
             return

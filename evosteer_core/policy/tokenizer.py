@@ -9,14 +9,11 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Generic, TypeVar
+from typing import Generic, TypeVar
 
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 from evosteer_core.policy.render import SYSTEM_SEPARATOR
-
-if TYPE_CHECKING:
-    from evosteer_core.policy.trie import ActionTrie
 
 TINY_TOKENIZER_DIR = Path(__file__).resolve().parent.parent / "data" / "tiny_tokenizer"
 """The byte-level BPE trained offline by ``scripts/build_tiny_tokenizer.py``."""
@@ -85,8 +82,6 @@ class PolicyTokenizer:
         self._action_cache: dict[str, tuple[int, ...]] = {}
         self._prompts: BoundedMemo[tuple[str, int], tuple[int, ...]] = BoundedMemo(MEMO_SIZE)
         self._systems: BoundedMemo[str, list[int]] = BoundedMemo(64)
-        self.tries: BoundedMemo[tuple[str, ...], ActionTrie] = BoundedMemo(MEMO_SIZE)
-        """Legal set → its ``ActionTrie`` (filled by ``trie.action_trie``)."""
 
     def _ids(self, text: str) -> list[int]:
         return list(self.hf.encode(text, add_special_tokens=False))

@@ -6,9 +6,10 @@ another; a leaf (reached by EOS) names the action it spells.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 
-from evosteer_core.policy.tokenizer import PolicyTokenizer
+from evosteer_core.policy.tokenizer import MEMO_SIZE, BoundedMemo, PolicyTokenizer
 
 
 class TrieNode:
@@ -80,8 +81,17 @@ class ActionTrie:
         return path
 
 
+_TRIES: weakref.WeakKeyDictionary[PolicyTokenizer, BoundedMemo[tuple[str, ...], ActionTrie]] = (
+    weakref.WeakKeyDictionary()
+)
+"""Per tokenizer (for as long as it lives): legal set → its trie."""
+
+
 def action_trie(legal: Sequence[str], tokenizer: PolicyTokenizer) -> ActionTrie:
-    """The trie of ``legal``, built once per legal set and tokenizer (``tokenizer.tries``):
-    sampling, both re-scorings and the update of a step all ask for the same decisions'."""
+    """The trie of ``legal``, built once per legal set and tokenizer: sampling, both
+    re-scorings and the update of a step all ask for the same decisions'."""
     key = tuple(legal)
-    return tokenizer.tries.get(key, lambda: ActionTrie(key, tokenizer))
+    memo = _TRIES.get(tokenizer)
+    if memo is None:
+        memo = _TRIES[tokenizer] = BoundedMemo(MEMO_SIZE)
+    return memo.get(key, lambda: ActionTrie(key, tokenizer))
