@@ -107,6 +107,13 @@ class RolloutContext:
     """Consecutive infrastructure failures after which the rollout stops calling the executor."""
     min_healthy_fraction: float = DEFAULT_MIN_HEALTHY_FRACTION
     """Below this healthy fraction of its trajectories the rollout is an executor outage."""
+    interleaved: bool = True
+    """False: build the graph first, run it at STOP (ablation ``no_interleaving``)."""
+    repair: bool = True
+    """False: RERUN_AGENT and DROP_AGENT are never legal (ablation ``no_repair``)."""
+    withheld: tuple[str, ...] = ()
+    """Public-state keys left out of the prompt (ablations ``no_execution_features``,
+    ``no_value_head``); the decision table still records f and v̂."""
 
 
 def _values(head: ValueHead, feats: list[list[float]], families: list[str]) -> list[float]:
@@ -134,6 +141,8 @@ def collect_rollouts(
             run_seed=ctx.run_seed,
             episode_key=p.seed_key(ctx.step),
             masked_skills=(p.pair_skill,) if p.arm == "pair_control" else (),
+            interleaved=ctx.interleaved,
+            repair=ctx.repair,
         )
         for p in plans
     ]
@@ -151,7 +160,7 @@ def collect_rollouts(
             ep = episodes[i]
             dv = None if prev_value[i] is None else v - prev_value[i]
             prev_value[i] = v
-            state = public_state(ep, value=v, value_change=dv)
+            state = public_state(ep, value=v, value_change=dv, withhold=ctx.withheld)
             legal = state["legal_actions"]
             forced = plans[i].forced_first() if not ep.history else None
             exact, coarse = ep.graph.structure_keys(stopped=False)

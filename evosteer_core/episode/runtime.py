@@ -101,8 +101,16 @@ class Episode:
         run_seed: int = 0,
         episode_key: str = "",
         masked_skills: Iterable[str] = (),
+        *,
+        interleaved: bool = True,
+        repair: bool = True,
     ) -> None:
+        """``interleaved=False`` (ablation ``no_interleaving``): actions only build the
+        graph, which runs once at STOP (:meth:`_run_graph`); ``repair=False`` (ablation
+        ``no_repair``): RERUN_AGENT and DROP_AGENT are never legal (docs/ablations.md)."""
         self.task = task
+        self.interleaved = interleaved
+        self.repair = repair
         self.catalogue = catalogue
         self.family = catalogue.family(task.family)
         self.roles: tuple[RoleSpec, ...] = catalogue.roles_for(task.family)
@@ -201,7 +209,8 @@ class Episode:
             return [self._finalizing_action()]
         affordable = {r.role_id for r in self.affordable_roles()}
         acts: list[Action] = []
-        if g.output_id is not None and not (self._env_open() and self._step_affordable(affordable)):
+        env_wait = self.interleaved and self._env_open() and self._step_affordable(affordable)
+        if g.output_id is not None and not env_wait:
             acts.append(Action("STOP"))
         for nid in self._selectable(not self._output_role_possible(affordable)):
             if nid != g.output_id:
@@ -217,10 +226,11 @@ class Episode:
                         )
                     )
         for nid, node in g.nodes.items():
-            if nid != g.output_id:
+            if self.repair and nid != g.output_id:
                 acts.append(Action("DROP_AGENT", node_id=nid))
             if self._executable(nid, affordable):
-                acts.append(Action("RERUN_AGENT", node_id=nid))
+                if self.repair and self.interleaved:
+                    acts.append(Action("RERUN_AGENT", node_id=nid))
                 for s in self.menu:
                     if s.skill_id not in node.skills:
                         acts.append(Action("BIND_SKILL", node_id=nid, skill_id=s.skill_id))
@@ -295,6 +305,8 @@ class Episode:
         return Observation(a)
 
     def _do_stop(self, a: Action) -> Observation:
+        if not self.interleaved:
+            self._run_graph()
         out = self.graph.nodes.get(self.graph.output_id) if self.graph.output_id else None
         self.reward = float(
             self.evaluator(self.task, out.output if out else None, self.environment)
@@ -302,7 +314,26 @@ class Episode:
         self.stopped = True
         return Observation(a, reward=self.reward)
 
+    def _run_graph(self) -> None:
+        """Build-first execution (ablation ``no_interleaving``, docs/ablations.md): every live
+        node runs once, in id order, with the outputs of its sources that ran before it; a
+        node whose role the budget can no longer reserve (or, in the interactive family,
+        that has no model calls left) is skipped, and an infrastructure failure ends the
+        sweep. The executions update the nodes and the ledger but add no history entries:
+        the history holds the orchestrator's actions only."""
+        for nid in sorted(self.graph.nodes, key=node_index):
+            if not self.healthy:
+                return
+            node = self.graph.nodes[nid]
+            affordable = {r.role_id for r in self.affordable_roles()}
+            if self._executable(nid, affordable):
+                self._run(Action("RERUN_AGENT", node_id=nid), node)
+
     def _execute(self, a: Action, node: Node) -> Observation:
+        """Run ``node`` as action ``a`` triggers it: now (interleaved), or at STOP."""
+        return self._run(a, node) if self.interleaved else Observation(a)
+
+    def _run(self, a: Action, node: Node) -> Observation:
         role = self.catalogue.role(node.role_id)
         messages = self._inbound_messages(node.node_id)
         call = self._calls.get(node.node_id, 0)

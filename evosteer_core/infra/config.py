@@ -428,6 +428,45 @@ class SkillsConfig:
 
 
 @dataclass(frozen=True)
+class AblationConfig:
+    """The component ablations of the paper's Table 2 (docs/ablations.md), one switch each,
+    named for what it removes; all off is the full method.
+
+    ``no_interleaving``: the graph is built first and run once at STOP (no execution on
+    issue). ``no_execution_features``: f is left out of the policy prompt (the value head
+    and b_ψ still read it). ``no_repair``: RERUN_AGENT and DROP_AGENT are never legal.
+    ``no_value_head``: v̂ and Δv̂ are left out of the policy prompt. ``no_measured_flows``:
+    u_q is a free scalar per training record learned with θ instead of log(1 + a_β p̂_q).
+    ``no_flow_corrections``: c(g) = 0 and b_ψ = 0 in every flow. ``no_skill_evolution``: no
+    author, no candidates, no pairs, an empty library. ``no_sequential_validation``: a
+    candidate is admitted after ``validation_successes`` successful skill arms instead of by
+    the sequential sign test.
+    """
+
+    no_interleaving: bool = False
+    no_execution_features: bool = False
+    no_repair: bool = False
+    no_value_head: bool = False
+    no_measured_flows: bool = False
+    no_flow_corrections: bool = False
+    no_skill_evolution: bool = False
+    no_sequential_validation: bool = False
+    validation_successes: int = 5
+
+    def __post_init__(self) -> None:
+        _check(
+            self.validation_successes >= 1,
+            f"validation_successes: must be >= 1, got {self.validation_successes}",
+        )
+
+    def withheld_state(self) -> tuple[str, ...]:
+        """Keys of the public state the policy prompt leaves out (``policy.render``)."""
+        return (("features",) if self.no_execution_features else ()) + (
+            ("value", "value_change") if self.no_value_head else ()
+        )
+
+
+@dataclass(frozen=True)
 class StoreConfig:
     """The content-addressed artifact store: a local folder or ``s3://bucket/prefix``."""
 
@@ -476,8 +515,21 @@ class RunConfig:
     anchors: AnchorsConfig = field(default_factory=AnchorsConfig)
     skills: SkillsConfig = field(default_factory=SkillsConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)
+    ablation: AblationConfig = field(default_factory=AblationConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     images: ImagesConfig = field(default_factory=ImagesConfig)
+
+    def __post_init__(self) -> None:
+        ab = self.ablation
+        for key, on in (
+            ("no_measured_flows", ab.no_measured_flows),
+            ("no_flow_corrections", ab.no_flow_corrections),
+        ):
+            _check(
+                not on or self.train.objective == "anchortb",
+                f"ablation: {key} removes a part of AnchorTB's flows, but train.objective is "
+                f"{self.train.objective!r}; use train.objective anchortb",
+            )
 
     def to_dict(self) -> dict[str, Any]:
         """Plain nested dict (tuples as lists); ``config_from_dict`` inverts it."""

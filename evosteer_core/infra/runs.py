@@ -11,8 +11,8 @@ from __future__ import annotations
 import hashlib
 
 from evosteer_core.infra.artifacts import ArtifactRef, ArtifactStore, RunIndex, canonical_json
-from evosteer_core.infra.config import RunConfig, config_from_dict
-from evosteer_core.infra.configio import parse_yaml
+from evosteer_core.infra.config import AblationConfig, RunConfig, config_from_dict
+from evosteer_core.infra.configio import parse_yaml, to_plain
 
 OPERATIONAL_KEYS = ("name", "store", "tracking", "images")
 """Top-level keys that say where a run is stored, logged or run, not what it computes."""
@@ -29,9 +29,13 @@ def config_hash(cfg: RunConfig) -> str:
     from 3 to 4 steps keeps the cache keys of steps 1–3). A staged benchmark slice is hashed by
     its task table's sha256, not its path, so new data under an old path is a new run. URLs
     are hashed redacted (:meth:`RunConfig.public_dict`): a changed password is the same run, and the stored config
-    hashes as the run does.
+    hashes as the run does. The ``ablation`` section is left out while every key of it is at
+    its default (the full method), so runs without ablations keep the ids they had before the
+    section existed; any changed key of it is hashed.
     """
     data = {k: v for k, v in cfg.public_dict().items() if k not in OPERATIONAL_KEYS}
+    if data["ablation"] == to_plain(AblationConfig()):
+        del data["ablation"]
     data["train"] = {k: v for k, v in data["train"].items() if k != "steps"}
     for split in ("train", "heldout"):
         data["data"][split] = [_slice_identity(sl) for sl in data["data"][split]]

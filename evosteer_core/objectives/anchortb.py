@@ -15,10 +15,11 @@ loss is the mean of L_x over trajectories.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from evosteer_core.objectives.base import (
     Objective,
@@ -30,14 +31,21 @@ from evosteer_core.objectives.base import (
 
 
 def implemented_flows(
-    batch: TrajectoryBatch, beta: float, *, with_correction: bool = True
+    batch: TrajectoryBatch,
+    beta: float,
+    *,
+    with_correction: bool = True,
+    u: Tensor | None = None,
 ) -> Tensor:
     """ũ [B, T+1] of Definition B.1; entries after the terminal state are 0.
 
     The measured part clip(u + c) is detached; b enters with its gradient except at the
     terminal, which log R_β(x) overrides. ``with_correction=False`` drops b (anchor-only level).
+    ``u`` [B] replaces the measured ``batch.u`` and keeps its gradient (ablation
+    ``no_measured_flows``: a learned per-record scalar; c stays detached).
     """
-    measured = (batch.u.detach()[:, None] + batch.c.detach()).clamp(0.0, beta)
+    root = batch.u.detach() if u is None else u
+    measured = (root[:, None] + batch.c.detach()).clamp(0.0, beta)
     flows = measured + batch.b if with_correction else measured
     terminal = batch.log_reward.detach()[:, None].to(flows.dtype)
     flows = torch.where(batch.terminal_mask(), terminal, flows)
@@ -97,6 +105,18 @@ class AnchorTB(Objective):
         if not beta >= 0:
             raise ValueError(f"AnchorTB.beta: expected >= 0, got {beta}")
         self.beta = float(beta)
+        self.record_flows: nn.Parameter | None = None
+
+    def learn_record_flows(self, n_records: int) -> None:
+        """Ablation ``no_measured_flows`` (docs/ablations.md): u_q becomes a free scalar per
+        training record, a parameter of this objective (so it joins the optimizer with θ and
+        travels in the train state), instead of log(1 + a_β p̂_q). Each starts at
+        log(1 + a_β/2), the measured anchor of an empty pool (p̂ = 1/2)."""
+        if n_records < 1:
+            raise ValueError(f"learn_record_flows: expected >= 1 records, got {n_records}")
+        start = math.log1p(math.expm1(self.beta) / 2)
+        self.record_flows = nn.Parameter(torch.full((n_records,), start))
+        self.requires = ("record_index",)
 
     @classmethod
     def from_config(cls, cfg: Any, *, hidden_size: int | None = None) -> AnchorTB:
@@ -104,10 +124,14 @@ class AnchorTB(Objective):
         return cls(beta=cfg.train.beta)
 
     def compute(self, batch: TrajectoryBatch) -> ObjectiveOutput:
-        flows = implemented_flows(batch, self.beta)
+        u = None
+        if self.record_flows is not None:
+            assert batch.record_index is not None  # in ``requires``, checked by forward
+            u = self.record_flows[batch.record_index]
+        flows = implemented_flows(batch, self.beta, u=u)
         loss = trajectory_losses(flows, batch.delta_logp, batch.lengths).mean()
         with torch.no_grad():
-            anchor_flows = implemented_flows(batch, self.beta, with_correction=False)
+            anchor_flows = implemented_flows(batch, self.beta, with_correction=False, u=u)
             zero_dl = torch.zeros_like(batch.delta_logp)
             anchor_only = trajectory_losses(anchor_flows, zero_dl, batch.lengths).mean()
             nonterminal = batch.state_mask() & ~batch.terminal_mask()
@@ -118,7 +142,7 @@ class AnchorTB(Objective):
                     masked_mean(batch.delta_logp.detach().abs(), batch.action_mask)
                 ),
                 "mean_b": float(masked_mean(batch.b.detach(), nonterminal)),
-                "mean_u": float(batch.u.detach().mean()),
+                "mean_u": float((batch.u if u is None else u).detach().mean()),
                 "mean_abs_c": float(masked_mean(batch.c.detach().abs(), nonterminal)),
             }
         return ObjectiveOutput(loss=loss, metrics=metrics)

@@ -38,7 +38,9 @@ class TrajectoryBatch:
       rewards [B]: r(x) in [0, 1]; group_ids [B] long: GRPO groups (one per record);
       token_counts [B, T]: tokens per action (per-token normalisation);
       state_inputs [B, T, D]: a critic's input per decision state ([h_ρ; f] for PPO);
-      action_kinds [B, T] long: the kind of each action (index into the seven kinds).
+      action_kinds [B, T] long: the kind of each action (index into the seven kinds);
+      record_index [B] long: the trajectory's record as an index into the run's training
+      records in id order (a learned per-record scalar, ablation ``no_measured_flows``).
     """
 
     delta_logp: Tensor
@@ -56,6 +58,7 @@ class TrajectoryBatch:
     token_counts: Tensor | None = None
     state_inputs: Tensor | None = None
     action_kinds: Tensor | None = None
+    record_index: Tensor | None = None
 
     @property
     def batch_size(self) -> int:
@@ -96,6 +99,7 @@ class TrajectoryBatch:
             "group_ids": (n_b,),
             "token_counts": (n_b, n_t),
             "action_kinds": (n_b, n_t),
+            "record_index": (n_b,),
         }
         if self.state_inputs is not None:
             shapes["state_inputs"] = (n_b, n_t, int(self.state_inputs.shape[-1]))

@@ -8,6 +8,7 @@ no ``SYSTEM_SEPARATOR``, so prompt truncation can keep it while cutting the body
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 from evosteer_core.episode.actions import canonical_json
@@ -54,14 +55,25 @@ _REQUIRED_KEYS = (
     "legal_actions",
 )
 
+WITHHOLDABLE = ("features", "value", "value_change")
+"""State keys an ablation may leave out of the prompt (docs/ablations.md): f (ablation
+``no_execution_features``), v̂ and Δv̂ (``no_value_head``)."""
+
 
 def public_state(
-    ep: Episode, value: float | None = None, value_change: float | None = None
+    ep: Episode,
+    value: float | None = None,
+    value_change: float | None = None,
+    withhold: Collection[str] = (),
 ) -> dict[str, Any]:
     """The policy-visible state of an episode (docs/method.md §1.6): what every renderer
-    reads, with the reference value ``value`` and its change since the last decision."""
+    reads, with the reference value ``value`` and its change since the last decision, less
+    the keys in ``withhold`` (a subset of :data:`WITHHOLDABLE`)."""
+    bad = set(withhold) - set(WITHHOLDABLE)
+    if bad:
+        raise ValueError(f"cannot withhold {sorted(bad)}; withholdable: {list(WITHHOLDABLE)}")
     g = ep.graph
-    return {
+    state = {
         "family": ep.task.family,
         "task": ep.task.public_prompt,
         "roles": [r.role_id for r in ep.roles],
@@ -99,6 +111,7 @@ def public_state(
         "value_change": value_change,
         "legal_actions": [a.to_json() for a in ep.legal_actions()],
     }
+    return {k: v for k, v in state.items() if k not in withhold}
 
 
 def _trigger(skill: SkillView) -> str:
@@ -110,10 +123,10 @@ def _trigger(skill: SkillView) -> str:
 
 
 def _check_state(state: dict[str, Any]) -> None:
-    missing = [k for k in _REQUIRED_KEYS if k not in state]
+    missing = [k for k in _REQUIRED_KEYS if k not in state and k not in WITHHOLDABLE]
     if missing:
         raise ValueError(f"public state lacks keys {missing}; expected {list(_REQUIRED_KEYS)}")
-    if len(state["features"]) != 30:
+    if "features" in state and len(state["features"]) != 30:
         raise ValueError(
             f"public state 'features' has {len(state['features'])} values, expected 30"
         )
@@ -172,12 +185,22 @@ def render_compact(state: dict[str, Any], task_chars: int = COMPACT_TASK_CHARS) 
         *(_node_line(node) for node in graph["nodes"]),
         f"edges {edges}",
         f"output {graph['output'] or '-'}",
-        "f " + feature_digits(state["features"]),
-        f"v {_rounded(state['value'])} dv {_rounded(state['value_change'])}",
+        *(["f " + feature_digits(state["features"])] if "features" in state else []),
+        *_value_line(state),
         *(f"> {entry[:COMPACT_HISTORY_CHARS]}" for entry in state["history"][-COMPACT_HISTORY:]),
         "action:",
     ]
     return SYSTEM_COMPACT + SYSTEM_SEPARATOR + "\n".join(lines)
+
+
+def _value_line(state: dict[str, Any]) -> list[str]:
+    """``v <v̂> dv <Δv̂>``, with what the state withholds left out (no line for neither)."""
+    parts = [
+        f"{label} {_rounded(state[key])}"
+        for label, key in (("v", "value"), ("dv", "value_change"))
+        if key in state
+    ]
+    return [" ".join(parts)] if parts else []
 
 
 def render_compact_no_task(state: dict[str, Any]) -> str:

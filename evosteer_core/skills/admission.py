@@ -20,7 +20,7 @@ from evosteer_core.skills.author import Author, LLMAuthor, SeededSimAuthor, Traj
 from evosteer_core.skills.library import SkillLibrary
 from evosteer_core.skills.pairs import PairOutcome, PairPlan, plan_pairs
 from evosteer_core.skills.sequential import TestLedger
-from evosteer_core.skills.validation import RoundConfig, validation_round
+from evosteer_core.skills.validation import RoundConfig, admit_by_count, validation_round
 
 WARMUP_EVIDENCE_PER_FAMILY = 12
 
@@ -36,22 +36,31 @@ class SkillState:
     library: SkillLibrary = field(default_factory=SkillLibrary)
     ledger: TestLedger = field(default_factory=TestLedger)
     warmup_pool: list[dict[str, Any]] = field(default_factory=list)
+    admit_after: int | None = None
+    """Fixed-count admission after this many successes instead of the sequential tests
+    (ablation ``no_sequential_validation``); None: the sequential tests."""
+    successes: dict[str, int] = field(default_factory=dict)
+    """Per skill: successful skill arms so far (fixed-count admission only)."""
 
     @classmethod
-    def initial(cls, cfg: Any) -> SkillState:
-        """Empty state from a ``SkillsConfig`` (enabled, warmup_steps, reeval_every, alpha, author)."""
+    def initial(cls, cfg: Any, admit_after: int | None = None) -> SkillState:
+        """Empty state from a ``SkillsConfig`` (enabled, warmup_steps, reeval_every, alpha,
+        author) and the fixed-count admission's k (None: sequential tests)."""
         return cls(
             enabled=cfg.enabled,
             warmup_steps=cfg.warmup_steps,
             reeval_every=cfg.reeval_every,
             author_kind=cfg.author,
             ledger=TestLedger(alpha=cfg.alpha),
+            admit_after=admit_after,
         )
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any], cfg: Any) -> SkillState:
+    def from_dict(
+        cls, data: dict[str, Any], cfg: Any, admit_after: int | None = None
+    ) -> SkillState:
         if not data:
-            return cls.initial(cfg)
+            return cls.initial(cfg, admit_after)
         return cls(
             enabled=data["enabled"],
             warmup_steps=data["warmup_steps"],
@@ -60,10 +69,14 @@ class SkillState:
             library=SkillLibrary.from_dict(data["library"]),
             ledger=TestLedger.from_dict(data["ledger"]),
             warmup_pool=list(data["warmup_pool"]),
+            admit_after=data.get("admit_after"),
+            successes=dict(data.get("successes", {})),
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        """The state as JSON-able data; the fixed-count fields only when that admission is
+        on, so the states of sequentially tested runs keep their bytes."""
+        out = {
             "enabled": self.enabled,
             "warmup_steps": self.warmup_steps,
             "reeval_every": self.reeval_every,
@@ -72,6 +85,10 @@ class SkillState:
             "ledger": self.ledger.to_dict(),
             "warmup_pool": list(self.warmup_pool),
         }
+        if self.admit_after is not None:
+            out["admit_after"] = self.admit_after
+            out["successes"] = dict(sorted(self.successes.items()))
+        return out
 
     # --- what the rollout needs -----------------------------------------------------------
     def menus(self) -> dict[str, tuple[SkillView, ...]]:
@@ -83,7 +100,8 @@ class SkillState:
             return ()
         items = [(r.record_id, r.family) for r in batch]
         seen = {e.skill_id: self.ledger.observations(e.skill_id) for e in self.library.entries}
-        return plan_pairs(items, self.library, seen, step, self.reeval_every)
+        reeval = None if self.admit_after is not None else self.reeval_every
+        return plan_pairs(items, self.library, seen, step, reeval)
 
     # --- the validation round ---------------------------------------------------------------
     def author(self, executor: Executor, run_seed: int) -> Author:
@@ -105,10 +123,16 @@ class SkillState:
             return {}
         outcomes = pair_outcomes(trajectories)
         evidence = self._evidence(trajectories, decisions, prompts, step)
+        tested = outcomes
+        if self.admit_after is not None:  # counts replace the tests; the round runs windows
+            self.library, self.successes, _ = admit_by_count(
+                self.library, self.successes, outcomes, step, self.admit_after
+            )
+            tested = []
         self.library, self.ledger, report = validation_round(
             self.library,
             self.ledger,
-            outcomes,
+            tested,
             step,
             author=self.author(executor, run_seed),
             evidence_pool=evidence,

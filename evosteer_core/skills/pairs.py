@@ -149,19 +149,24 @@ def plan_pairs(
     library: SkillLibrary,
     observations: Mapping[str, int],
     step: int,
-    reevaluation_every: int = 10,
+    reevaluation_every: int | None = 10,
 ) -> tuple[PairPlan, ...]:
     """The pairs to roll out for a batch of (record_id, family) items, in batch order.
 
     Every record whose family has a candidate gets a candidate pair; at re-evaluation steps the
-    first batch record of the chosen validated skill's family also gets a re-evaluation pair.
+    first batch record of the chosen validated skill's family also gets a re-evaluation pair
+    (never with ``reevaluation_every`` None: fixed-count admission re-tests nothing).
     """
     plans: list[PairPlan] = []
     for record_id, family in batch:
         skill_id = candidate_for_family(library, family, observations)
         if skill_id is not None:
             plans.append(PairPlan(record_id, family, skill_id, "candidate"))
-    reeval = reevaluation_skill(library, step, reevaluation_every)
+    reeval = (
+        None
+        if reevaluation_every is None
+        else reevaluation_skill(library, step, reevaluation_every)
+    )
     if reeval is not None:
         family = library.get(reeval).skill.family
         record = next((rid for rid, fam in batch if fam == family), None)

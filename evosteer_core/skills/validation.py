@@ -28,7 +28,7 @@ from evosteer_core.skills.author import (
 )
 from evosteer_core.skills.filters import Rejection, StyleLimits
 from evosteer_core.skills.library import LibraryDiff, SkillLibrary, diff
-from evosteer_core.skills.pairs import PairCounts, PairOutcome, tally
+from evosteer_core.skills.pairs import PairCounts, PairOutcome, passes, tally
 from evosteer_core.skills.sequential import TestLedger
 from evosteer_core.skills.skill import Skill, canonical_json
 
@@ -255,3 +255,32 @@ def validation_round(
         library_hash=new_library.content_hash,
     )
     return new_library, new_ledger, report
+
+
+def admit_by_count(
+    library: SkillLibrary,
+    successes: dict[str, int],
+    pair_outcomes: Iterable[PairOutcome],
+    step: int,
+    k: int,
+) -> tuple[SkillLibrary, dict[str, int], tuple[str, ...]]:
+    """Fixed-count admission (ablation ``no_sequential_validation``, docs/ablations.md), in
+    place of steps 1–2 of a round: a success is a usable candidate pair whose skill arm
+    passes (b⁺ = 1, the control arm is not looked at); a candidate with at least ``k``
+    successes is validated, unless its family already has its validated maximum (then it
+    stays a candidate until a slot frees). No test is taken, nothing is retired, no α is
+    spent. Returns (library, successes, promoted ids)."""
+    counts = dict(successes)
+    for pair in pair_outcomes:
+        if pair.kind == "candidate" and pair.usable:
+            assert pair.reward_plus is not None  # usable
+            counts[pair.skill_id] = counts.get(pair.skill_id, 0) + passes(pair.reward_plus)
+    promoted: list[str] = []
+    for skill_id in _skill_order(library, counts):
+        entry = library.get(skill_id)
+        family = entry.skill.family
+        full = library.count(family, "validated") >= library.limits.max_validated_per_family
+        if entry.status == "candidate" and counts[skill_id] >= k and not full:
+            library = library.transition(skill_id, "validated", step)
+            promoted.append(skill_id)
+    return library, counts, tuple(promoted)

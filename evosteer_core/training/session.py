@@ -10,20 +10,22 @@ session opened on it always agree.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 
 from evosteer_core.anchors import AnchorConfig, ShrinkagePool, StructuralBuckets
+from evosteer_core.episode.records import TaskRecord
 from evosteer_core.episode.rollout import RolloutContext
-from evosteer_core.episode.world import World, build_world
+from evosteer_core.episode.world import World, build_world, load_records
 from evosteer_core.executors.base import Executor
-from evosteer_core.infra.config import RunConfig
+from evosteer_core.infra.config import RunConfig, SkillsConfig
 from evosteer_core.infra.configio import InputError
 from evosteer_core.infra.seeding import derive_seed, torch_generator
 from evosteer_core.objectives import Objective, objective_from_config
+from evosteer_core.objectives.anchortb import AnchorTB
 from evosteer_core.policy.orchestrator import Orchestrator, build_orchestrator
 from evosteer_core.sim.executor import SimExecutor
 from evosteer_core.skills.admission import SkillState
@@ -85,6 +87,35 @@ def check_anchor_constants(state: TrainState, acfg: AnchorConfig) -> None:
                 )
 
 
+def record_slots(records: Sequence[TaskRecord]) -> dict[str, int]:
+    """Each training record's index in id order: the rows of the learned per-record flows
+    (ablation ``no_measured_flows``)."""
+    return {rid: i for i, rid in enumerate(sorted({r.record_id for r in records}))}
+
+
+def build_objective(cfg: RunConfig, hidden_size: int, records: Sequence[TaskRecord]) -> Objective:
+    """The run's objective; with ablation ``no_measured_flows`` (AnchorTB only, checked by
+    the config) it learns one u per training record instead of reading the anchor."""
+    objective = objective_from_config(cfg, hidden_size=hidden_size)
+    if cfg.ablation.no_measured_flows:
+        assert isinstance(objective, AnchorTB)  # RunConfig checks train.objective
+        objective.learn_record_flows(len(record_slots(records)))
+    return objective
+
+
+def skills_config(cfg: RunConfig) -> SkillsConfig:
+    """``cfg.skills``, switched off by ablation ``no_skill_evolution`` (no author, no
+    candidates, no pairs, an empty library; docs/ablations.md)."""
+    return replace(cfg.skills, enabled=False) if cfg.ablation.no_skill_evolution else cfg.skills
+
+
+def admit_after(cfg: RunConfig) -> int | None:
+    """k of fixed-count admission under ablation ``no_sequential_validation``; None: the
+    sequential tests decide."""
+    ab = cfg.ablation
+    return ab.validation_successes if ab.no_sequential_validation else None
+
+
 def actor_optimizer(
     cfg: RunConfig, policy: Orchestrator, flow: FlowCorrection, objective: Objective
 ) -> torch.optim.AdamW:
@@ -136,6 +167,9 @@ class Session:
             decision_clock=_decision_clock(self.world.executor),
             max_consecutive_failures=self.cfg.executor.max_consecutive_failures,
             min_healthy_fraction=self.cfg.executor.min_healthy_fraction,
+            interleaved=not self.cfg.ablation.no_interleaving,
+            repair=not self.cfg.ablation.no_repair,
+            withheld=self.cfg.ablation.withheld_state(),
         )
 
 
@@ -156,18 +190,19 @@ def open_session(cfg: RunConfig, state: TrainState, world: World | None = None) 
     flow.load_state_dict(state.flow_head)
     outcome = OutcomeHeads(policy.hidden_size, seed=derive_seed(seed, "outcome_heads"))
     outcome.load_state_dict(state.outcome_heads)
-    objective = objective_from_config(cfg, hidden_size=policy.hidden_size)
-    if state.objective:
-        objective.load_state_dict(state.objective)
     acfg = anchor_config(cfg)
     check_anchor_constants(state, acfg)
+    world = world or build_world(cfg)
+    objective = build_objective(cfg, policy.hidden_size, world.train_records)
+    if state.objective:
+        objective.load_state_dict(state.objective)
     pool = ShrinkagePool.from_dict(state.pool) if state.pool else ShrinkagePool(acfg)
     buckets = (
         StructuralBuckets.from_dict(state.buckets) if state.buckets else StructuralBuckets(acfg)
     )
     return Session(
         cfg=cfg,
-        world=world or build_world(cfg),
+        world=world,
         policy=policy,
         value_head=value,
         flow_head=flow,
@@ -176,7 +211,7 @@ def open_session(cfg: RunConfig, state: TrainState, world: World | None = None) 
         anchors=acfg,
         pool=pool,
         buckets=buckets,
-        skills=SkillState.from_dict(state.skills, cfg.skills),
+        skills=SkillState.from_dict(state.skills, skills_config(cfg), admit_after(cfg)),
     )
 
 
@@ -186,7 +221,8 @@ def init_state(cfg: RunConfig) -> TrainState:
     torch.manual_seed(derive_seed(seed, "torch_global"))
     policy = build_orchestrator(cfg)
     flow = FlowCorrection(policy.hidden_size, seed=derive_seed(seed, "flow_head"))
-    objective = objective_from_config(cfg, hidden_size=policy.hidden_size)
+    records = load_records(cfg)[0] if cfg.ablation.no_measured_flows else []
+    objective = build_objective(cfg, policy.hidden_size, records)
     opt = actor_optimizer(cfg, policy, flow, objective)
     acfg = anchor_config(cfg)
     return TrainState(
@@ -201,7 +237,7 @@ def init_state(cfg: RunConfig) -> TrainState:
         pool=ShrinkagePool(acfg).to_dict(),
         buckets=StructuralBuckets(acfg).to_dict(),
         value_window=[],
-        skills=SkillState.initial(cfg.skills).to_dict(),
+        skills=SkillState.initial(skills_config(cfg), admit_after(cfg)).to_dict(),
         rng_state=rng_state(cfg.train.seed, 0),
         objective=cpu_state(objective.state_dict()),
     )

@@ -23,7 +23,13 @@ from evosteer_core.infra.config import RunConfig
 from evosteer_core.objectives import TrajectoryBatch
 from evosteer_core.policy.trie import action_trie
 from evosteer_core.training.results import ActorUpdate, Rescored, Rollouts
-from evosteer_core.training.session import Session, actor_optimizer, cpu_state, cpu_tree
+from evosteer_core.training.session import (
+    Session,
+    actor_optimizer,
+    cpu_state,
+    cpu_tree,
+    record_slots,
+)
 
 _log = logging.getLogger(__name__)
 
@@ -211,9 +217,13 @@ class ScoredBatch:
         self._delta = delta_all
         h = torch.tensor(d["h_rho"].tolist(), dtype=torch.float32)
         f = torch.tensor(d["features"].tolist(), dtype=torch.float32)
-        b_states = s.flow_head(h, f)
-        keys = [StateKeys(e, c) for e, c in zip(d["exact_key"], d["coarse_key"], strict=True)]
-        c_states = torch.tensor(s.buckets.corrections(keys), dtype=torch.float32)
+        if s.cfg.ablation.no_flow_corrections:
+            # c(g) = 0 and b_ψ = 0 (docs/ablations.md): ψ gets no gradient and stays as it is
+            b_states = c_states = torch.zeros(len(d), dtype=torch.float32)
+        else:
+            b_states = s.flow_head(h, f)
+            keys = [StateKeys(e, c) for e, c in zip(d["exact_key"], d["coarse_key"], strict=True)]
+            c_states = torch.tensor(s.buckets.corrections(keys), dtype=torch.float32)
         ids = list(scored.index)
         pos = {tid: i for i, tid in enumerate(ids)}
         n_b, n_t = len(ids), int(scored["n_actions"].max())
@@ -252,7 +262,8 @@ class ScoredBatch:
         :meth:`backprop_actor` pass carries its gradient too. ``old_logp`` is the rollout's
         ``logp_sample``; ``group_ids`` number the records; ``token_counts`` count the sampled
         tokens of each action (positions with more than one allowed token, at least 1);
-        ``state_inputs`` are [h_ρ; f]; ``action_kinds`` index ``KINDS``.
+        ``state_inputs`` are [h_ρ; f]; ``action_kinds`` index ``KINDS``; ``record_index``
+        indexes the training records in id order (``session.record_slots``).
         """
         need, d = set(self._session.objective.requires), self.rows
         n_b, n_t = delta.shape
@@ -276,6 +287,10 @@ class ScoredBatch:
         if "state_inputs" in need:
             x = torch.cat([h, f], dim=1)
             batch.state_inputs = torch.zeros(n_b, n_t, x.shape[1]).index_put(where, x)
+        if "record_index" in need:
+            slots = record_slots(self._session.world.train_records)
+            index = [slots[r] for r in self._scored["record_id"]]
+            batch.record_index = torch.tensor(index, dtype=torch.long)
         if "action_kinds" in need:
             kinds = [KINDS.index(Action.from_json(a).kind) for a in d["action"]]
             batch.action_kinds = per_action(torch.tensor(kinds, dtype=torch.long))
