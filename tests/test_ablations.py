@@ -114,6 +114,28 @@ def test_bad_ablation_settings_are_one_line_errors():
             load_config(None, {f"ablation.{key}": True, "train.objective": "tb"})
 
 
+def test_set_from_the_cli_sets_a_switch_and_the_config_yaml_carries_it(capsys):
+    from evosteer_core.infra.config import config_from_dict
+    from evosteer_core.infra.configio import parse_yaml
+    from evosteer_flyte.cli import _config, build_parser, main
+
+    for key in SWITCHES:
+        args = build_parser().parse_args(["train", "--set", f"ablation.{key}=true"])
+        cfg = _config(args)
+        assert getattr(cfg.ablation, key) is True
+        # the workflow receives the config as YAML text: the switch survives the trip
+        assert config_from_dict(parse_yaml(cfg.to_yaml(), "<yaml>")) == cfg
+    capsys.readouterr()
+    argv = ["train", "--set", "ablation.no_flow_corrections=true", "--set", "train.objective=tb"]
+    assert main(argv) == 2
+    line = capsys.readouterr().err.strip()
+    assert line == (
+        "evosteer train: evosteer_core/data/tiny-sim.yaml with --set "
+        "ablation.no_flow_corrections=true: ablation: no_flow_corrections removes a part of "
+        "AnchorTB's flows, but train.objective is 'tb'; use train.objective anchortb"
+    )
+
+
 # --- episodes: −learnable repair, −interleaved execution -----------------------------------------
 def _episode(executor: FakeExecutor, **kwargs: bool) -> Episode:
     return Episode(
