@@ -175,9 +175,9 @@ def test_no_repair_removes_rerun_and_drop_and_nothing_else():
         assert [n.output for n in ablated.graph.nodes.values()] == [
             n.output for n in full.graph.nodes.values()
         ]
-    drop = Action("DROP_AGENT", node_id="n0")
-    with pytest.raises(ValueError, match="illegal action"):
-        ablated.apply(drop)
+    for kind in ("DROP_AGENT", "RERUN_AGENT"):
+        with pytest.raises(ValueError, match=r"repair actions are masked .*ablation.no_repair"):
+            ablated.apply(Action(kind, node_id="n0"))
 
 
 def test_no_interleaving_builds_the_whole_graph_and_runs_it_once_at_stop():
@@ -190,6 +190,8 @@ def test_no_interleaving_builds_the_whole_graph_and_runs_it_once_at_stop():
         obs = ablated.apply(act(text))
         assert obs.result is None and obs.node_id is None
     assert ex.requests == [] and all(n.output is None for n in ablated.graph.nodes.values())
+    with pytest.raises(ValueError, match=r"nodes run only at STOP .*ablation.no_interleaving"):
+        ablated.apply(Action("RERUN_AGENT", node_id="n0"))
     assert ablated.ledger.model_calls == 0
     ablated.apply(Action("STOP"))
     # each live node once, in id order, with what its already-run sources produced

@@ -391,6 +391,10 @@ class Episode:
             nid = getattr(a, field_name)
             if nid is not None and a.kind != "ADD_AGENT" and nid not in g.nodes:
                 return f"{field_name} {nid!r} is not a live node"
+        if a.kind in ("RERUN_AGENT", "DROP_AGENT") and not self.repair:
+            return "repair actions are masked in this run (ablation.no_repair)"
+        if a.kind == "RERUN_AGENT" and not self.interleaved:
+            return "nodes run only at STOP in this run (ablation.no_interleaving)"
         roles = {r.role_id: r for r in self.roles}
         if a.kind == "STOP":
             return (
