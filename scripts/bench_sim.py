@@ -22,7 +22,7 @@ from evosteer_core.episode.budget import BudgetLimits
 from evosteer_core.episode.roles import default_catalogue
 from evosteer_core.episode.runtime import Episode
 from evosteer_core.sim import SimExecutor, make_sim_suite
-from experiments.sim_paradigms import chain, single
+from experiments.sim_paradigms import PARADIGMS
 
 
 def _episodes(paradigm, tasks, executor, catalogue, limits) -> list[Episode]:
@@ -31,7 +31,7 @@ def _episodes(paradigm, tasks, executor, catalogue, limits) -> list[Episode]:
         ep = Episode(
             task, catalogue, limits, executor, evaluate, run_seed=1, episode_key=task.record_id
         )
-        paradigm(ep)
+        paradigm.run(ep)
         eps.append(ep)
     return eps
 
@@ -56,7 +56,10 @@ def main() -> None:
     executor.run_node = timed  # type: ignore[method-assign]
     print(f"SIMULATED executor benchmark, {len(tasks)} tasks ({args.n} per family)")
     episodes: list[Episode] = []
-    for name, paradigm in (("single-agent", single), ("solver->verifier chain", chain)):
+    for name, paradigm in (
+        ("single-agent", PARADIGMS["single"]),
+        ("solver->verifier chain", PARADIGMS["chain"]),
+    ):
         t0 = time.perf_counter()
         episodes = _episodes(paradigm, tasks, executor, catalogue, limits)
         dt = time.perf_counter() - t0

@@ -53,7 +53,9 @@ class BudgetLedger:
     The token total is a hard limit (docs/method.md §1.3): a charge is booked up to what is left and any
     excess (a server that reported more than the executor estimated) goes to ``tokens_over``.
     Per-node usage is kept for the interactive family's per-node limits, which hold across all
-    of a node's executions.
+    of a node's executions. The orchestrator's own booked tokens are also kept apart
+    (``orchestrator_tokens_in``/``_out``), so that a cost table can split a trajectory's tokens
+    into the orchestrator's and the executor's (the rest of ``tokens_in``/``tokens_out``).
     """
 
     def __init__(self, limits: BudgetLimits) -> None:
@@ -61,6 +63,8 @@ class BudgetLedger:
         self.tokens_in = 0
         self.tokens_out = 0
         self.tokens_over = 0
+        self.orchestrator_tokens_in = 0
+        self.orchestrator_tokens_out = 0
         self.model_calls = 0
         self.tool_calls = 0
         self.env_steps = 0
@@ -77,13 +81,15 @@ class BudgetLedger:
     def tokens_left(self) -> int:
         return max(0, self.limits.total_tokens - self.tokens)
 
-    def _charge_tokens(self, tokens_in: int, tokens_out: int) -> None:
-        """Book input, then output tokens, up to the total; the rest is ``tokens_over``."""
+    def _charge_tokens(self, tokens_in: int, tokens_out: int) -> tuple[int, int]:
+        """Book input, then output tokens, up to the total; the rest is ``tokens_over``.
+        Returns the (input, output) tokens booked."""
         booked_in = min(tokens_in, self.tokens_left)
         self.tokens_in += booked_in
         booked_out = min(tokens_out, self.tokens_left)
         self.tokens_out += booked_out
         self.tokens_over += tokens_in + tokens_out - booked_in - booked_out
+        return booked_in, booked_out
 
     def charge_node(self, result: NodeResult, node_id: str) -> None:
         """Charge one execution of node ``node_id`` (all of its model calls, tool calls and
@@ -99,7 +105,9 @@ class BudgetLedger:
 
     def charge_orchestrator(self, tokens_in: int, tokens_out: int, seconds: float = 0.0) -> None:
         """Charge the orchestrator's own decision (prompt and action tokens, its time)."""
-        self._charge_tokens(tokens_in, tokens_out)
+        booked_in, booked_out = self._charge_tokens(tokens_in, tokens_out)
+        self.orchestrator_tokens_in += booked_in
+        self.orchestrator_tokens_out += booked_out
         self.wall_s += seconds
 
     # --- reservations -----------------------------------------------------------------

@@ -95,7 +95,9 @@ class RolloutContext:
     executor: Executor
     evaluator: Evaluator
     menus: dict[str, tuple[SkillView, ...]]
-    value_head: ValueHead
+    value_head: ValueHead | None
+    """The v̂ snapshot shown in every prompt; None only for fixed paradigms, which see no
+    prompt (``paradigms.runner``)."""
     run_seed: int
     step: int
     renderer: str = "compact"
@@ -123,19 +125,19 @@ def _values(head: ValueHead, feats: list[list[float]], families: list[str]) -> l
         return [float(v) for v in head(f, fam)]
 
 
-def collect_rollouts(
-    policy: Orchestrator, plans: Sequence[EpisodePlan], ctx: RolloutContext
-) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Run every plan to completion; return validated (trajectories, decisions) tables.
-
-    Raises :class:`ExecutorOutageError` when the healthy fraction is below the floor."""
-    breaker = CircuitBreaker(ctx.executor, ctx.max_consecutive_failures)
-    episodes = [
+def open_episodes(
+    plans: Sequence[EpisodePlan], ctx: RolloutContext, executor: Executor
+) -> list[Episode]:
+    """One fresh episode per plan under the context's budget, reward, menus and seeds (every
+    plan's draws keyed by ``plan.seed_key(ctx.step)``); ``executor`` is the rollout's circuit
+    breaker around ``ctx.executor``. Fixed orchestration paradigms open theirs here too, so
+    that they run the very episodes the policy would (common random numbers)."""
+    return [
         Episode(
             p.record,
             ctx.catalogue,
             ctx.limits,
-            breaker,
+            executor,
             ctx.evaluator,
             menu=ctx.menus.get(p.record.family, ()),
             run_seed=ctx.run_seed,
@@ -146,6 +148,36 @@ def collect_rollouts(
         )
         for p in plans
     ]
+
+
+@dataclass(frozen=True)
+class Rollout:
+    """A finished rollout: its validated tables and the episodes they were read from (the
+    episodes' ledgers hold what the tables do not, e.g. the orchestrator's own tokens)."""
+
+    trajectories: pd.DataFrame
+    decisions: pd.DataFrame
+    episodes: list[Episode]
+
+
+def collect_rollouts(
+    policy: Orchestrator, plans: Sequence[EpisodePlan], ctx: RolloutContext
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Run every plan to completion; return validated (trajectories, decisions) tables.
+
+    Raises :class:`ExecutorOutageError` when the healthy fraction is below the floor."""
+    done = run_rollouts(policy, plans, ctx)
+    return done.trajectories, done.decisions
+
+
+def run_rollouts(
+    policy: Orchestrator, plans: Sequence[EpisodePlan], ctx: RolloutContext
+) -> Rollout:
+    """:func:`collect_rollouts`, keeping the finished episodes."""
+    if ctx.value_head is None:
+        raise ValueError("a policy rollout needs the value-head snapshot (ctx.value_head)")
+    breaker = CircuitBreaker(ctx.executor, ctx.max_consecutive_failures)
+    episodes = open_episodes(plans, ctx, breaker)
     prev_value: list[float | None] = [None] * len(plans)
     timeouts = [0] * len(plans)
     rows: list[dict] = []
@@ -209,8 +241,8 @@ def collect_rollouts(
         pd.DataFrame(rows).sort_values(["traj_id", "t"], kind="stable").reset_index(drop=True)
     )
     validate_tables(trajectories, decisions_df)
-    _check_health(trajectories, episodes, breaker, ctx, any(p.evaluation for p in plans))
-    return trajectories, decisions_df
+    check_health(trajectories, episodes, breaker, ctx, any(p.evaluation for p in plans))
+    return Rollout(trajectories, decisions_df, episodes)
 
 
 def rollout_health(trajectories: pd.DataFrame) -> dict[str, float]:
@@ -222,7 +254,7 @@ def rollout_health(trajectories: pd.DataFrame) -> dict[str, float]:
     return {"infra_failures": failed, "healthy_fraction": (n - failed) / n if n else 1.0}
 
 
-def _check_health(
+def check_health(
     trajectories: pd.DataFrame,
     episodes: Sequence[Episode],
     breaker: CircuitBreaker,

@@ -261,6 +261,12 @@ def build_world(cfg: RunConfig) -> World:
     """The records of :func:`load_records`, the configured executor and the reward of
     ``benchmarks.rewards``. Applies the sandbox policy (``executor.sandbox``) process-wide."""
     train, heldout = load_records(cfg)
+    return world_for(cfg, train, heldout)
+
+
+def world_for(cfg: RunConfig, train: list[TaskRecord], heldout: list[TaskRecord]) -> World:
+    """The world of :func:`build_world` on the given records (the offline workflow search
+    builds one on the training records alone, ``paradigms.searched``)."""
     box = cfg.executor.sandbox
     sandbox.configure(allow_weak_sandbox=box.allow_weak_sandbox, packages=box.packages)
     catalogue, executor = default_catalogue(), build_executor(cfg)

@@ -3,12 +3,16 @@ per-run scores of a checkpoint on one benchmark (what the evaluate workflow fans
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import pandas as pd
 
 from evosteer_core.benchmarks.loaders import load_benchmark
 from evosteer_core.episode.records import FAMILIES, TaskRecord
 from evosteer_core.episode.rollout import EpisodePlan, collect_rollouts
 from evosteer_core.episode.world import load_records, stage_records
+from evosteer_core.evaluation.rows import CHECKPOINT, row_rollouts, run_means
 from evosteer_core.infra.artifacts import ArtifactRef, ArtifactStore
 from evosteer_core.infra.config import RunConfig
 from evosteer_core.infra.seeding import derive_seed
@@ -69,9 +73,20 @@ def benchmark_scores(
     cfg: RunConfig, state: TrainState, benchmark: str, records: list[TaskRecord], runs: int
 ) -> list[float]:
     """Mean reward of the frozen π_θ of ``state`` on one benchmark's ``records``, once per run
-    (each run with its own seeds, tagged ``eval/<benchmark>/<k>``)."""
-    s = open_session(cfg, state)
-    return [
-        evaluate_policy(s, records, use_adapter=True, runs=1, tag=f"eval/{benchmark}/{k}")
-        for k in range(runs)
-    ]
+    (each run with its own seeds, tagged ``eval/<benchmark>/<k>``): the ``checkpoint`` row of
+    :func:`evaluate_row`."""
+    return run_means(evaluate_row(cfg, state, benchmark, records, runs, CHECKPOINT))
+
+
+def evaluate_row(
+    cfg: RunConfig,
+    state: TrainState,
+    benchmark: str,
+    records: list[TaskRecord],
+    runs: int,
+    row: str,
+    searched: Mapping[str, Any] | None = None,
+) -> pd.DataFrame:
+    """The row table of one evaluation row on one benchmark (tag ``eval/<benchmark>``, so all
+    rows of a benchmark are paired; ``evaluation.rows``)."""
+    return row_rollouts(open_session(cfg, state), row, records, runs, f"eval/{benchmark}", searched)
