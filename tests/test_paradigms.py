@@ -251,7 +251,7 @@ def test_search_sees_only_the_training_records(monkeypatch):
 
     monkeypatch.setattr(world_module, "build_executor", recording_executor)
     monkeypatch.setattr(world_module, "load_records", sentinel)
-    monkeypatch.setattr(searched_module, "load_records", sentinel, raising=False)
+    monkeypatch.setattr(searched_module, "load_records", sentinel)
     settings = SearchSettings(candidates=2, tasks_per_family=2)
     result = search_workflows(CFG, WORLD.train_records, settings)
     train_ids = {r.record_id for r in WORLD.train_records}

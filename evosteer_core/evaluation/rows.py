@@ -6,13 +6,15 @@ the adapter off), ``direct`` (the frozen executor alone) or ``paradigm:<name>``
 (``paradigms.registry``). :func:`row_rollouts` runs one row; run k of tag T uses the run seed
 ``derive_seed(train.seed, "T/k")`` and every record's episode key, whatever the row, so the
 rows of one tag share every executor draw a common node makes (common random numbers:
-differences between rows are paired per record and run). The ``checkpoint`` row of tag
+differences between rows are paired per record and run). Paradigm rows run in the standard
+runtime (interleaved, with repair) even in a run that ablates either. The ``checkpoint`` row of tag
 ``eval/<benchmark>`` is exactly what ``benchmark_scores`` has always computed.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import pandas as pd
@@ -95,11 +97,10 @@ def row_rollouts(
     out: list[dict[str, Any]] = []
     for k in range(runs):
         ctx = s.rollout_context(derive_seed(s.cfg.train.seed, f"{tag}/{k}"), 0, evaluation=True)
-        episodes = (
-            run_rollouts(s.policy, plans, ctx).episodes
-            if fixed is None
-            else run_paradigm(fixed, plans, ctx)
-        )
+        if fixed is None:
+            episodes = run_rollouts(s.policy, plans, ctx).episodes
+        else:  # a paradigm runs in the standard runtime, whatever the run ablates
+            episodes = run_paradigm(fixed, plans, replace(ctx, interleaved=True, repair=True))
         out += [_trajectory(row, k, p.record, ep) for p, ep in zip(plans, episodes, strict=True)]
     return pd.DataFrame(out, columns=list(COLUMNS))
 

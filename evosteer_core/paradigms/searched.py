@@ -29,7 +29,7 @@ from evosteer_core.episode.actions import Action
 from evosteer_core.episode.records import FAMILIES, TaskRecord
 from evosteer_core.episode.roles import Catalogue
 from evosteer_core.episode.rollout import EpisodePlan
-from evosteer_core.episode.world import World, world_for
+from evosteer_core.episode.world import World, load_records, world_for
 from evosteer_core.infra.artifacts import ArtifactRef, ArtifactStore, put_json
 from evosteer_core.infra.config import RunConfig
 from evosteer_core.infra.seeding import derive_seed
@@ -61,6 +61,15 @@ class SearchSettings:
 
     def to_dict(self) -> dict[str, int]:
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, int]) -> SearchSettings:
+        """Settings from a partial mapping (missing keys keep their defaults)."""
+        known = set(cls.__dataclass_fields__)
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"search: unknown settings {unknown}; known: {sorted(known)}")
+        return cls(**data)
 
 
 @dataclass(frozen=True)
@@ -166,6 +175,12 @@ def _score(
             rewards.append(float(ep.reward or 0.0))
             tokens.append(ep.ledger.tokens)
     return sum(rewards) / len(rewards), sum(tokens) / len(tokens)
+
+
+def search_run_workflows(cfg: RunConfig, settings: SearchSettings) -> dict[str, Any]:
+    """:func:`search_workflows` on the run's training records (``load_records(cfg)[0]``; the
+    held-out ones are never passed on)."""
+    return search_workflows(cfg, load_records(cfg)[0], settings)
 
 
 def store_workflows(store: ArtifactStore, workflows: Mapping[str, Any]) -> ArtifactRef:
