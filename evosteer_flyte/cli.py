@@ -36,7 +36,7 @@ from typing import Any, NoReturn
 from evosteer_core.infra.artifacts import ArtifactStore, RunIndex, open_store
 from evosteer_core.infra.config import RunConfig, config_from_dict, load_config
 from evosteer_core.infra.configio import ConfigError, InputError, parse_override
-from evosteer_core.infra.locks import run_lock
+from evosteer_core.infra.locks import run_lock, run_log_path
 from evosteer_core.infra.runs import run_config, run_id_for
 from evosteer_core.infra.tracking import closing_on_failure
 from evosteer_flyte.console import (
@@ -45,7 +45,6 @@ from evosteer_flyte.console import (
     error_line,
     quiet_libraries,
     run_log,
-    run_log_path,
 )
 
 

@@ -3,7 +3,7 @@
 Quiet by default: one progress bar for a training run (:class:`StepProgress`), our own
 warnings as one line each, and everything else — INFO records of our modules (which stage
 runs, what the backbone loading said), the libraries' warnings and log records, the
-traceback of a failure — in the run's log file (:func:`run_log`, :func:`run_log_path`).
+traceback of a failure — in the run's log file (:func:`run_log`; the path is `infra.locks.run_log_path`).
 docs/pipeline.md, "The terminal and the log file", says what goes where.
 """
 
@@ -21,7 +21,7 @@ from pathlib import Path
 from evosteer_core.executors.breaker import ExecutorOutageError
 from evosteer_core.infra.artifacts import RunIndex, StoreError
 from evosteer_core.infra.configio import InputError
-from evosteer_core.infra.locks import RunInUseError, run_lock_path
+from evosteer_core.infra.locks import RunInUseError
 
 OUR_LOGGERS = ("evosteer_core", "evosteer_flyte")
 """The loggers whose warnings are shown on the terminal (the libraries' go to the file)."""
@@ -77,13 +77,6 @@ def quiet_libraries() -> None:
     os.environ.setdefault("FLYTE_SDK_LOGGING_LEVEL", "40")
     for name in ("flytekit", "mlflow", "alembic", "transformers"):
         logging.getLogger(name).setLevel(logging.ERROR)
-
-
-def run_log_path(store_root: str, run_id: str) -> Path:
-    """``<root>/logs/<run_id>.log`` for a local store; for an S3 store a file on this machine
-    beside the run's lock (``~/.cache/evosteer/logs/``)."""
-    lock = run_lock_path(store_root, run_id)
-    return lock.parent.parent / "logs" / lock.with_suffix(".log").name
 
 
 class _Terminal(logging.Handler):

@@ -42,6 +42,7 @@ CANDIDATES: dict[str, list[Any]] = {
     "executor.environment": ["textworld"],
     "executor.retriever": [{"kind": "http", "url": "http://127.0.0.1:9/search"}],
     "executor.sandbox.packages": [[]],
+    "executor.serve": [{"model": "smollm2"}],
     "data.source": ["benchmarks"],
     "data.train": [[{"name": "humaneval"}]],
     "data.heldout": [[{"name": "humaneval"}]],
@@ -98,6 +99,7 @@ COMPANIONS: dict[str, dict[str, Any]] = {
     "executor.kind": {k: v for k, v in OPENAI.items() if k != "executor.kind"},
     "executor.retriever": OPENAI,
     "executor.environment": OPENAI,
+    "executor.serve": OPENAI,
 }
 """Keys that are only valid beside others: the change is made on a baseline that has the
 companions (for ``executor.kind`` itself, beside them on the default)."""
@@ -122,6 +124,8 @@ def _changed_config(base: dict, key: str, value: Any) -> tuple[str, RunConfig] |
             data = _set(data, k, v) if key == "executor.kind" else data
         if key == "data.source":
             data["data"]["train"] = [{"name": "humaneval"}]
+        if key == "executor.serve":  # the managed server gives base_url and model
+            data["executor"].update(base_url=None, model=None)
         try:
             return config_hash(config_from_dict(start)), config_from_dict(data)
         except ValueError:

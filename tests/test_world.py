@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from evosteer_core.episode.world import build_world
+from evosteer_core.episode.world import build_world, load_records
 from evosteer_core.infra.config import load_config
 
 
@@ -18,11 +18,10 @@ def test_default_world_is_the_sim_suite_with_disjoint_splits():
 
 
 def test_benchmark_slices_load_humaneval_without_overlap():
-    cfg = load_config("configs/cpu-smollm2.yaml")
-    world = build_world(cfg)
-    assert len(world.train_records) == 120 and len(world.heldout_records) == 44
-    assert world.train_records[0].record_id != world.heldout_records[0].record_id
-    assert {r.metric for r in world.train_records} == {"code"}
+    train, heldout = load_records(load_config("configs/cpu-smollm2.yaml"))
+    assert len(train) == 120 and len(heldout) == 44
+    assert train[0].record_id != heldout[0].record_id
+    assert {r.metric for r in train} == {"code"}
 
 
 def test_overlapping_slices_are_rejected():

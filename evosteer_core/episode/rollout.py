@@ -10,6 +10,12 @@ action tokens, and its time); forced decisions make no model call and cost nothi
 the budget cannot cover, or one that took longer than ``decision_deadline_s``, is replaced by
 the finalizing action of docs/method.md §1.2 (docs/runtime.md, "Orchestrator decisions").
 
+The actions of a round belong to different episodes, so with ``executor.concurrency`` > 1
+they run at once in a thread pool (a real model server then batches the node calls); every
+request carries its own seed, each episode's state is its own, the rows are kept in decision
+order, and the breaker counts a round's outcomes in episode order, so the tables do not depend
+on which reply came back first.
+
 Node executions go through a :class:`CircuitBreaker`: an episode stops at its first
 infrastructure failure, the rollout stops calling the executor after
 ``max_consecutive_failures`` in a row, and a rollout whose healthy fraction is below
@@ -23,6 +29,8 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import pandas as pd
@@ -116,6 +124,9 @@ class RolloutContext:
     withheld: tuple[str, ...] = ()
     """Public-state keys left out of the prompt (ablations ``no_execution_features``,
     ``no_value_head``); the decision table still records f and v̂."""
+    concurrency: int = 1
+    """How many episodes' actions (node executions) of one round run at once
+    (``executor.concurrency``); 1: one after another."""
 
 
 def _values(head: ValueHead, feats: list[list[float]], families: list[str]) -> list[float]:
@@ -126,18 +137,18 @@ def _values(head: ValueHead, feats: list[list[float]], families: list[str]) -> l
 
 
 def open_episodes(
-    plans: Sequence[EpisodePlan], ctx: RolloutContext, executor: Executor
+    plans: Sequence[EpisodePlan], ctx: RolloutContext, breaker: CircuitBreaker
 ) -> list[Episode]:
     """One fresh episode per plan under the context's budget, reward, menus and seeds (every
-    plan's draws keyed by ``plan.seed_key(ctx.step)``); ``executor`` is the rollout's circuit
-    breaker around ``ctx.executor``. Fixed orchestration paradigms open theirs here too, so
+    plan's draws keyed by ``plan.seed_key(ctx.step)``); each runs its nodes through its own
+    lane of the rollout's circuit ``breaker`` around ``ctx.executor``. Fixed orchestration paradigms open theirs here too, so
     that they run the very episodes the policy would (common random numbers)."""
     return [
         Episode(
             p.record,
             ctx.catalogue,
             ctx.limits,
-            executor,
+            breaker.lane(i),
             ctx.evaluator,
             menu=ctx.menus.get(p.record.family, ()),
             run_seed=ctx.run_seed,
@@ -146,7 +157,7 @@ def open_episodes(
             interleaved=ctx.interleaved,
             repair=ctx.repair,
         )
-        for p in plans
+        for i, p in enumerate(plans)
     ]
 
 
@@ -178,6 +189,43 @@ def run_rollouts(
         raise ValueError("a policy rollout needs the value-head snapshot (ctx.value_head)")
     breaker = CircuitBreaker(ctx.executor, ctx.max_consecutive_failures)
     episodes = open_episodes(plans, ctx, breaker)
+    with ThreadPoolExecutor(ctx.concurrency) if ctx.concurrency > 1 else nullcontext() as pool:
+        rows = _run_rounds(policy, plans, episodes, ctx, breaker, pool)
+    trajectories = pd.DataFrame(
+        [
+            _trajectory_row(p, ep, ctx.step, n)
+            for p, ep, n in zip(plans, episodes, rows.timeouts, strict=True)
+        ]
+    )
+    decisions_df = (
+        pd.DataFrame(rows.decisions)
+        .sort_values(["traj_id", "t"], kind="stable")
+        .reset_index(drop=True)
+    )
+    validate_tables(trajectories, decisions_df)
+    check_health(trajectories, episodes, breaker, ctx, any(p.evaluation for p in plans))
+    return Rollout(trajectories, decisions_df, episodes)
+
+
+@dataclass
+class _Rounds:
+    """What the lock-step rounds produced: the decision rows and each episode's timeouts."""
+
+    decisions: list[dict]
+    timeouts: list[int]
+
+
+def _run_rounds(
+    policy: Orchestrator,
+    plans: Sequence[EpisodePlan],
+    episodes: Sequence[Episode],
+    ctx: RolloutContext,
+    breaker: CircuitBreaker,
+    pool: ThreadPoolExecutor | None,
+) -> _Rounds:
+    """Decide for every pending episode at once, then apply the round's actions: one after
+    another, or with a pool each episode's action (and its node execution) in its own thread,
+    the breaker counting the round's outcomes in episode order."""
     prev_value: list[float | None] = [None] * len(plans)
     timeouts = [0] * len(plans)
     rows: list[dict] = []
@@ -210,10 +258,21 @@ def run_rollouts(
                 }
             )
         _choose(policy, decisions, plans, episodes, ctx)
+        # legal on the state the decision saw; charged before the action executes
+        if pool is None:
+            for d in decisions:
+                episodes[d["i"]].apply(Action.from_json(d["action"]), d["charge"])
+        else:
+            with breaker.round():
+                applied = [
+                    pool.submit(episodes[d["i"]].apply, Action.from_json(d["action"]), d["charge"])
+                    for d in decisions
+                ]
+                for future in applied:
+                    future.result()
         for d in decisions:
             ep = episodes[d["i"]]
-            # legal on the state the decision saw; charged before the action executes
-            ep.apply(Action.from_json(d["action"]), d.pop("charge"))
+            del d["charge"]
             timeouts[d["i"]] += d.pop("timed_out", False)
             rows.append(
                 {
@@ -231,18 +290,7 @@ def run_rollouts(
                     "logp_sample": d["logp"],
                 }
             )
-    trajectories = pd.DataFrame(
-        [
-            _trajectory_row(p, ep, ctx.step, n)
-            for p, ep, n in zip(plans, episodes, timeouts, strict=True)
-        ]
-    )
-    decisions_df = (
-        pd.DataFrame(rows).sort_values(["traj_id", "t"], kind="stable").reset_index(drop=True)
-    )
-    validate_tables(trajectories, decisions_df)
-    check_health(trajectories, episodes, breaker, ctx, any(p.evaluation for p in plans))
-    return Rollout(trajectories, decisions_df, episodes)
+    return _Rounds(rows, timeouts)
 
 
 def rollout_health(trajectories: pd.DataFrame) -> dict[str, float]:

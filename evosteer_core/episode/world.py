@@ -16,9 +16,12 @@ from evosteer_core.episode.records import TaskRecord
 from evosteer_core.episode.roles import Catalogue, default_catalogue
 from evosteer_core.episode.runtime import Evaluator
 from evosteer_core.executors.base import Executor
+from evosteer_core.executors.serve import shared_server
 from evosteer_core.infra.artifacts import ArtifactRef, ArtifactStore, open_store
 from evosteer_core.infra.config import BenchmarkSlice, RetrieverConfig, RunConfig, StoreConfig
 from evosteer_core.infra.configio import ConfigError
+from evosteer_core.infra.locks import run_log_path
+from evosteer_core.infra.runs import run_id_for
 from evosteer_core.tools import sandbox
 
 if TYPE_CHECKING:
@@ -79,6 +82,11 @@ def build_environment_factory(name: str | None) -> EnvironmentFactory | None:
     return TextWorldFactory()
 
 
+def serve_log_path(cfg: RunConfig) -> Path:
+    """Where the run's managed model server writes its output: beside the run's log."""
+    return run_log_path(cfg.store.root, run_id_for(cfg), ".serve.log")
+
+
 def build_executor(cfg: RunConfig) -> Executor:
     """The configured executor backend (``sim`` is labelled simulated wherever shown)."""
     ex = cfg.executor
@@ -89,7 +97,11 @@ def build_executor(cfg: RunConfig) -> Executor:
         return SimExecutor(DEFAULT_MODEL.with_orchestration_effect(cfg.sim.orchestration_effect))
     from evosteer_core.executors.openai import OpenAIExecutor
 
-    if not ex.base_url or not ex.model:
+    base_url, model = ex.base_url, ex.model
+    if ex.serve is not None:
+        server = shared_server(ex.serve, serve_log_path(cfg), ex.temperature)
+        base_url, model = server.base_url, server.model_id
+    if not base_url or not model:
         raise ValueError("executor.kind 'openai' needs executor.base_url and executor.model")
     api_key = None
     if ex.api_key_env is not None:
@@ -99,8 +111,8 @@ def build_executor(cfg: RunConfig) -> Executor:
                 f"executor.api_key_env: the environment variable {ex.api_key_env!r} is not set"
             )
     return OpenAIExecutor(
-        base_url=ex.base_url,
-        model=ex.model,
+        base_url=base_url,
+        model=model,
         api_key=api_key,
         timeout_s=ex.timeout_s,
         max_retries=ex.retries,

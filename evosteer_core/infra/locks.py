@@ -68,6 +68,14 @@ def run_lock_path(store_root: str, run_id: str) -> Path:
     return root / "locks" / f"{run_id}.lock"
 
 
+def run_log_path(store_root: str, run_id: str, suffix: str = ".log") -> Path:
+    """``<root>/logs/<run_id><suffix>`` for a local store; for an S3 store a file on this
+    machine beside the run's lock (``~/.cache/evosteer/logs/``). The run's log is ``.log``, its
+    managed model server's ``.serve.log``."""
+    lock = run_lock_path(store_root, run_id)
+    return lock.parent.parent / "logs" / lock.with_suffix(suffix).name
+
+
 HOLDER_WAIT_S = 2.0
 """How long a refused train waits for the holder's line: the holder writes it just after it
 takes the lock, so a train refused in between would otherwise name nobody."""

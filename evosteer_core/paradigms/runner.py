@@ -5,6 +5,7 @@ so rows of one evaluation are paired; docs/paradigms.md)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 import pandas as pd
 
@@ -33,6 +34,7 @@ def paradigm_context(
         step=0,
         max_consecutive_failures=cfg.executor.max_consecutive_failures,
         min_healthy_fraction=cfg.executor.min_healthy_fraction,
+        concurrency=cfg.executor.concurrency,
     )
 
 
@@ -40,12 +42,19 @@ def run_paradigm(
     paradigm: Paradigm, plans: Sequence[EpisodePlan], ctx: RolloutContext
 ) -> list[Episode]:
     """Every plan's episode, opened as :func:`episode.rollout.open_episodes` opens the
-    policy's and driven to STOP by ``paradigm``. Raises ``ExecutorOutageError`` when too few
-    episodes stayed healthy, as a policy rollout does."""
+    policy's and driven to STOP by ``paradigm``; with ``ctx.concurrency`` > 1 that many
+    episodes run at once, as one round of the breaker (their outcomes counted in episode
+    order). Raises ``ExecutorOutageError`` when too few episodes stayed healthy, as a policy
+    rollout does."""
     breaker = CircuitBreaker(ctx.executor, ctx.max_consecutive_failures)
     episodes = open_episodes(plans, ctx, breaker)
-    for ep in episodes:
-        paradigm.run(ep)
+    if ctx.concurrency > 1:
+        with ThreadPoolExecutor(ctx.concurrency) as pool, breaker.round():
+            for done in [pool.submit(paradigm.run, ep) for ep in episodes]:
+                done.result()
+    else:
+        for ep in episodes:
+            paradigm.run(ep)
     health = pd.DataFrame({"healthy": [ep.healthy for ep in episodes]})
     check_health(health, episodes, breaker, ctx, any(p.evaluation for p in plans))
     return episodes

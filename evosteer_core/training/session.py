@@ -170,6 +170,7 @@ class Session:
             interleaved=not self.cfg.ablation.no_interleaving,
             repair=not self.cfg.ablation.no_repair,
             withheld=self.cfg.ablation.withheld_state(),
+            concurrency=self.cfg.executor.concurrency,
         )
 
 

