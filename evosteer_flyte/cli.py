@@ -1,4 +1,4 @@
-"""The ``evosteer`` command: train, evaluate, replay, report.
+"""The ``evosteer`` command: train, evaluate, experiment, replay, report.
 
 ``train`` and ``evaluate`` run the Flyte workflows in-process (flytekit local execution, with
 its task cache: re-running resumes); ``replay`` recomputes one step and compares it artifact by
@@ -33,7 +33,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, NoReturn
 
-from evosteer_core.infra.artifacts import ArtifactStore, RunIndex, open_store
+from evosteer_core.infra.artifacts import ArtifactRef, ArtifactStore, RunIndex, open_store
 from evosteer_core.infra.config import RunConfig, config_from_dict, load_config
 from evosteer_core.infra.configio import ConfigError, InputError, parse_override
 from evosteer_core.infra.locks import run_lock, run_log_path
@@ -234,6 +234,85 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _row_job(config_yaml: str, row: str) -> str:
+    """One row of an experiment in a worker process (``--jobs``, one torch thread): its cells
+    land in the task cache and the store, where the experiment workflow then finds them."""
+    import torch
+
+    from evosteer_flyte.workflows.experiment import experiment_row
+
+    quiet_libraries()
+    torch.set_num_threads(1)
+    experiment_row(config_yaml=config_yaml, row=row, mlflow_run="")
+    return row
+
+
+def _run_rows(config_yaml: str, rows: Sequence[str], jobs: int) -> Iterator[str]:
+    """Run every row's cells (in this process, or ``jobs`` worker processes), yielding each
+    row's name when it is done."""
+    if jobs == 1:
+        from evosteer_flyte.workflows.experiment import experiment_row
+
+        for row in rows:
+            experiment_row(config_yaml=config_yaml, row=row, mlflow_run="")
+            yield row
+        return
+    import concurrent.futures
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=context) as pool:
+        futures = [pool.submit(_row_job, config_yaml, row) for row in rows]
+        for future in concurrent.futures.as_completed(futures):
+            yield future.result()
+
+
+def cmd_experiment(args: argparse.Namespace) -> int:
+    from evosteer_core.episode.world import stage_data
+    from evosteer_core.experiment.cells import experiment_cells, experiment_id
+    from evosteer_core.infra.artifacts import get_json
+    from evosteer_flyte.workflows.experiment import experiment
+
+    cfg = stage_data(_config(args))
+    cells = experiment_cells(cfg, args.config)  # every row's config is checked here
+    exp = cfg.experiment
+    exp_id = experiment_id(cfg)
+    config_yaml = cfg.to_yaml()
+    started = time.perf_counter()
+    trained = sum(c.row.trained for c in cells)
+    print(
+        f"Experiment {exp_id}: {len(exp.rows)} rows × {len(exp.seeds)} seeds = {len(cells)} "
+        f"cells ({trained} trained), {exp.runs} evaluation runs each",
+        flush=True,
+    )
+    with (
+        run_lock(cfg.store.root, exp_id),
+        run_log(run_log_path(cfg.store.root, exp_id), args.argv) as log_file,
+        _terminate_as_exit(),
+        closing_on_failure(cfg, exp_id, "experiment"),
+    ):
+        names = [row.name for row in exp.rows]
+        for k, row in enumerate(_run_rows(config_yaml, names, args.jobs), 1):
+            elapsed = time.perf_counter() - started
+            print(f"  [{k}/{len(names)}] {row}: done ({elapsed:.0f} s)", flush=True)
+        out = experiment(config_yaml=config_yaml)
+    store = open_store(cfg.store.root, cfg.store.s3_endpoint)
+    table = get_json(store, out.table)
+    lines = ["", table["markdown"], "", f"Table artifact: {out.table.uri}"]
+    if "://" not in cfg.store.root:
+        page = Path(cfg.store.root) / f"experiment-{exp_id}.html"
+        page.write_bytes(store.get_bytes(ArtifactRef(**table["html"])))
+        lines.append(f"HTML:           {page}")
+    lines += [
+        *_tracking_summary(cfg, out.mlflow_run),
+        *([f"Log file:       {log_file}"] if log_file else []),
+        f"Took {time.perf_counter() - started:.0f} s.",
+        exp_id,
+    ]
+    print("\n".join(lines))
+    return 0
+
+
 def cmd_replay(args: argparse.Namespace) -> int:
     from evosteer_flyte.workflows.replay import replay
 
@@ -339,6 +418,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     e.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help=set_help)
     e.set_defaults(func=cmd_evaluate)
+
+    x = sub.add_parser(
+        "experiment",
+        help="rows × seeds of runs, trained and evaluated alike → a paired comparison table",
+        parents=[debug],
+    )
+    x.add_argument("--config", required=True, help="YAML config with an experiment section")
+    x.add_argument(
+        "--jobs",
+        type=_int_at_least(1),
+        default=1,
+        help="rows run in this many processes at once (default: 1; one torch thread each)",
+    )
+    x.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help=set_help)
+    x.set_defaults(func=cmd_experiment)
 
     r = sub.add_parser(
         "replay",

@@ -167,6 +167,10 @@ def test_the_hash_stays_when_only_store_tracking_images_name_or_steps_change():
                 assert config_hash(cfg) == h0, key
                 checked.append(key)
                 break
+    # the default has no experiment section (its leaves are not there to vary): add one
+    with_experiment = {**base, "experiment": {"rows": [{"name": "a"}, {"name": "b"}]}}
+    assert config_hash(config_from_dict(with_experiment)) == h0
+    checked.append("experiment")
     assert {k.split(".")[0] for k in checked} >= {*OPERATIONAL_KEYS, "train"}
     assert "train.steps" in checked
 

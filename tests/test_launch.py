@@ -1,5 +1,5 @@
 """Launching on a cluster: ``pyflyte package`` with no flags yields the workflows and launch
-plans of train, evaluate and replay with the checkout's images, and every remote command of the
+plans of train, evaluate, experiment and replay with the checkout's images, and every remote command of the
 README binds to what was packaged (entity, input names, types, required inputs).
 
 ``pyflyte package`` only serializes (no cluster, no registry, no network); it runs once, as a
@@ -67,6 +67,7 @@ def packaged(tmp_path_factory) -> dict:
 WORKFLOWS = {
     "train": "evosteer_flyte.workflows.launch.train",
     "evaluate": "evosteer_flyte.workflows.launch.evaluate",
+    "experiment": "evosteer_flyte.workflows.launch.experiment",
     "replay": "evosteer_flyte.workflows.replay.replay",
 }
 
@@ -79,7 +80,7 @@ def _defaults(plan) -> dict:
     }
 
 
-def test_package_without_flags_has_the_three_workflows_and_their_plans(packaged):
+def test_package_without_flags_has_the_four_workflows_and_their_plans(packaged):
     assert set(WORKFLOWS.values()) <= set(packaged["workflow"])
     text, cfg = PAPER.read_text(), load_config(PAPER)
     plans = packaged["launch_plan"]
@@ -91,6 +92,8 @@ def test_package_without_flags_has_the_three_workflows_and_their_plans(packaged)
             assert defaults["run_id"][1].scalar.primitive.string_value == run_id_for(cfg)
             assert defaults["store_root"][1].scalar.primitive.string_value == cfg.store.root
             assert defaults["step"][0]  # the one input a replay must be given
+        elif pipeline == "experiment":  # paper.yaml has no experiment section: no default
+            assert defaults["config_yaml"][0]
         else:
             assert defaults["config_yaml"][1].scalar.primitive.string_value == text
     assert _defaults(plans["paper.train"])["rollout_shards"][1].scalar.primitive.integer == 4
@@ -194,6 +197,15 @@ def test_plans_take_their_defaults_from_the_given_config(tmp_path):
     assert plans["train"].saved_inputs["config_yaml"] == other.read_text()
     assert plans["replay"].saved_inputs["run_id"] == run_id_for(load_config(other))
     assert plans["train_weekly"].schedule.cron_schedule.schedule == "*/5 * * * *"
+    assert "config_yaml" not in plans["experiment"].saved_inputs  # tiny-sim has no experiment
+
+
+def test_the_experiment_plan_defaults_to_a_config_with_an_experiment(tmp_path):
+    table2 = tmp_path / "table2.yaml"
+    rows = "experiment:\n  rows:\n    - {name: AnchorTB}\n    - {name: rho, eval: untrained}\n"
+    table2.write_text((ROOT / "configs" / "tiny-sim.yaml").read_text() + rows)
+    plans = launch.launch_plans(table2)
+    assert plans["experiment"].saved_inputs["config_yaml"] == table2.read_text()
 
 
 def test_a_missing_launch_config_says_how_to_choose_one(tmp_path):

@@ -19,11 +19,13 @@ from flytekit.tools.translator import get_serializable
 from evosteer_core.infra.artifacts import ArtifactRef
 from evosteer_core.infra.config import load_config
 from evosteer_flyte.tasks import evaluate as eval_tasks
+from evosteer_flyte.tasks import experiment as experiment_tasks
 from evosteer_flyte.tasks import replay as replay_tasks
 from evosteer_flyte.tasks import step_tasks, tracking_tasks
 from evosteer_flyte.tasks.resources import CPU_IMAGE, GPU_IMAGE
 from evosteer_flyte.tasks.spec import make_spec
 from evosteer_flyte.workflows import evaluate as eval_wf
+from evosteer_flyte.workflows import experiment as experiment_wf
 from evosteer_flyte.workflows import replay as replay_wf
 from evosteer_flyte.workflows import train as train_wf
 
@@ -34,6 +36,7 @@ GPU_TASKS = {
     "gpu_stage",
     "rollout_shard",
     "evaluate_benchmark",
+    "evaluate_cell",
     "replay_step",
 }
 STATE = ArtifactRef("s3://evosteer-artifacts/paper/objects/00/" + "0" * 64, "0" * 64)
@@ -61,7 +64,8 @@ def _settings() -> SerializationSettings:
 
 def _all_tasks() -> list[PythonTask]:
     found = {}
-    for module in (step_tasks, tracking_tasks, eval_tasks, replay_tasks, train_wf, eval_wf):
+    modules = (step_tasks, tracking_tasks, eval_tasks, replay_tasks, experiment_tasks)
+    for module in (*modules, train_wf, eval_wf, experiment_wf):
         for obj in vars(module).values():
             if isinstance(obj, PythonTask):
                 found[obj.name] = obj
@@ -111,11 +115,21 @@ def test_every_task_serializes_with_its_image_resources_and_accelerator():
         "train",
         "train_chunk",
         "evaluate",
+        "experiment",
+        "experiment_row",
+        "record_cell",
+        "summarize_experiment",
     }
     for t in tasks:
         spec = get_serializable(OrderedDict(), _settings(), t)
         _check_template(spec.template)
-        if _short(t.name) in {"gpu_stage", "cpu_stage", "rollout_shard", "init_run"}:
+        if _short(t.name) in {
+            "gpu_stage",
+            "cpu_stage",
+            "rollout_shard",
+            "init_run",
+            "evaluate_cell",
+        }:
             assert spec.template.metadata.discoverable, t.name  # cached
             assert spec.template.metadata.discovery_version.startswith("0.1.0-"), t.name
 
@@ -197,4 +211,33 @@ def test_evaluate_dynamic_compiles():
     )
     assert len(out.nodes) == 6 + 3  # six families, summary, start and end of tracking
     for t in out.tasks:
+        _check_template(t)
+
+
+def _table2_like(rows: int, seeds: int):
+    """The paper config with a Table-2-sized experiment: ``rows`` rows (one trained per
+    objective, the rest evaluation-only) × ``seeds`` seeds."""
+    objectives = ["anchortb", "ppo", "grpo", "tb", "tempered_tb"]
+    spec = [{"name": o, "set": {"train.objective": o}} for o in objectives]
+    spec += [{"name": f"untrained {k}", "eval": "untrained"} for k in range(rows - len(spec))]
+    return load_config(
+        ROOT / "configs" / "paper.yaml",
+        {"experiment": {"rows": spec, "seeds": list(range(seeds))}},
+    )
+
+
+def test_a_table2_sized_experiment_stays_within_the_per_dynamic_node_guidance():
+    cfg = _table2_like(rows=17, seeds=3)
+    outer = _compile_dynamic(experiment_wf.experiment, config_yaml=cfg.to_yaml())
+    assert len(outer.nodes) == 17 + 3 < train_wf.MAX_NODES_PER_DYNAMIC
+    trained = _compile_dynamic(
+        experiment_wf.experiment_row, config_yaml=cfg.to_yaml(), row="ppo", mlflow_run="r"
+    )
+    untrained = _compile_dynamic(
+        experiment_wf.experiment_row, config_yaml=cfg.to_yaml(), row="untrained 0", mlflow_run=""
+    )
+    assert len(trained.nodes) == len(untrained.nodes) == 3 * 3
+    names = [_short(n.task_node.reference_id.name) for n in untrained.nodes if n.task_node]
+    assert names == ["init_run", "evaluate_cell", "record_cell"] * 3
+    for t in (*outer.tasks, *trained.tasks, *untrained.tasks):
         _check_template(t)

@@ -534,6 +534,79 @@ class ImagesConfig:
     rollout_vllm: str | None = None
 
 
+ROW_EVALS = ("checkpoint", "untrained", "direct")
+"""How a row of an experiment is evaluated: the trained π_θ, ρ (the untrained architecture),
+the executor alone; or ``paradigm:<name>``, a fixed paradigm (docs/experiments.md)."""
+
+RESERVED_ROW_KEYS = ("name", "store", "tracking", "experiment", "train.seed", "train.steps")
+"""Keys a row may not set: where a cell is stored and logged, its seed and its length are the
+experiment's, so every row is trained and evaluated alike."""
+
+
+@dataclass(frozen=True)
+class ExperimentRow:
+    """One row of a comparison table: dotted config overrides on the experiment's base config
+    (``set``) and how the row is evaluated (``eval``, one of :data:`ROW_EVALS` or
+    ``paradigm:<name>``). A ``checkpoint`` row is trained; the others only evaluated."""
+
+    name: str
+    set: dict[str, Any] = field(default_factory=dict)
+    eval: str = "checkpoint"
+
+    def __post_init__(self) -> None:
+        _check(bool(self.name.strip()), "name: must not be empty")
+        quotes = [q for q in "'\"`" if q in self.name]
+        _check(not quotes, f"name: no quotes please ({''.join(quotes)}): it becomes an MLflow tag")
+        ok = self.eval in ROW_EVALS or (self.eval.startswith("paradigm:") and self.eval[9:])
+        _check(
+            bool(ok),
+            f"eval: expected one of {', '.join(ROW_EVALS)} or paradigm:<name>, got {self.eval!r}",
+        )
+        for key in self.set:
+            bad = [r for r in RESERVED_ROW_KEYS if key == r or key.startswith(r + ".")]
+            _check(not bad, f"set: {key!r} is the experiment's to choose, not a row's")
+
+    @property
+    def trained(self) -> bool:
+        """Whether the row trains a policy before it is evaluated."""
+        return self.eval == "checkpoint"
+
+
+@dataclass(frozen=True)
+class ExperimentConfig:
+    """Rows × seeds of one comparison (docs/experiments.md): every cell is its own run (the
+    base config + the row's overrides + ``train.seed`` = the seed), trained if the row is,
+    then evaluated on the held-out records ``runs`` times; ``reference`` names the row every
+    other row is compared with, pair by pair (shared seeds)."""
+
+    rows: tuple[ExperimentRow, ...]
+    seeds: tuple[int, ...] = (42, 43, 44)
+    runs: int = 5
+    reference: str | None = None
+
+    def __post_init__(self) -> None:
+        _check(bool(self.rows), "rows: at least one row is needed")
+        names = [r.name for r in self.rows]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        _check(not twice, f"rows: row names must be unique, {twice} repeats")
+        _check(bool(self.seeds), "seeds: at least one seed is needed")
+        _check(len(set(self.seeds)) == len(self.seeds), f"seeds: repeated seeds {self.seeds}")
+        _check(self.runs >= 1, f"runs: must be >= 1, got {self.runs}")
+        if self.reference is not None:
+            _check(
+                self.reference in names,
+                f"reference: {self.reference!r} is not a row (rows: {', '.join(names)})",
+            )
+
+    @property
+    def reference_row(self) -> ExperimentRow:
+        """The row the others are compared with: ``reference``, else the first trained row,
+        else the first row."""
+        if self.reference is not None:
+            return next(r for r in self.rows if r.name == self.reference)
+        return next((r for r in self.rows if r.trained), self.rows[0])
+
+
 @dataclass(frozen=True)
 class RunConfig:
     """One run's complete configuration."""
@@ -553,6 +626,7 @@ class RunConfig:
     ablation: AblationConfig = field(default_factory=AblationConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     images: ImagesConfig = field(default_factory=ImagesConfig)
+    experiment: ExperimentConfig | None = None
 
     def __post_init__(self) -> None:
         ab = self.ablation
@@ -567,8 +641,12 @@ class RunConfig:
             )
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain nested dict (tuples as lists); ``config_from_dict`` inverts it."""
-        return to_plain(self)
+        """Plain nested dict (tuples as lists); ``config_from_dict`` inverts it. A config
+        without an experiment has no ``experiment`` key (as before there were experiments)."""
+        data = to_plain(self)
+        if self.experiment is None:
+            del data["experiment"]
+        return data
 
     def to_yaml(self) -> str:
         """The full configuration as YAML text (every default made explicit)."""

@@ -14,8 +14,9 @@ from evosteer_core.infra.artifacts import ArtifactRef, ArtifactStore, RunIndex, 
 from evosteer_core.infra.config import AblationConfig, RunConfig, config_from_dict
 from evosteer_core.infra.configio import parse_yaml, to_plain
 
-OPERATIONAL_KEYS = ("name", "store", "tracking", "images")
-"""Top-level keys that say where a run is stored, logged or run, not what it computes."""
+OPERATIONAL_KEYS = ("name", "store", "tracking", "images", "experiment")
+"""Top-level keys that say where a run is stored, logged or run, not what it computes (an
+``experiment`` section says which other runs to launch: docs/experiments.md)."""
 
 CONFIG_ENTRY = "config"
 """Run-index name (step 0) of the run's config YAML: replay, evaluate and report read it back."""

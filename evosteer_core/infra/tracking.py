@@ -508,6 +508,38 @@ class RunTracker:
             self.client.set_terminated(self.run_id, status=status)
 
 
+PARENT_TAG = "mlflow.parentRunId"
+"""MLflow's own tag for a nested run: the UI shows an experiment's cells under it."""
+CELL_WORKFLOW = "experiment-cell"
+
+
+def log_experiment_cell(
+    config: RunConfig,
+    parent_run: str,
+    cell_run_id: str,
+    row: str,
+    seed: int,
+    metrics: Mapping[str, float],
+) -> str:
+    """The FINISHED child run of the experiment's MLflow run ``parent_run`` for one cell
+    (tagged with the cell's run id, row and seed; its config and ``metrics``), created once:
+    a re-run of the experiment finds it. Returns its MLflow run id."""
+    tags = {
+        PARENT_TAG: parent_run,
+        RUN_ID_TAG: cell_run_id,
+        WORKFLOW_TAG: CELL_WORKFLOW,
+        "evosteer.row": row,
+        "evosteer.seed": str(seed),
+    }
+    _, found = _search(config, tags, "find the experiment cell's run")
+    if found:
+        return found[0].info.run_id
+    tracker = RunTracker.from_config(config, run_name=f"{row} / seed {seed}", tags=tags)
+    tracker.log_step(0, metrics)
+    tracker.end("FINISHED")
+    return tracker.run_id
+
+
 EVAL_PREFIX = "eval."
 """Evaluation metrics (``eval.<benchmark>.mean``/``.std``) of an evaluate run."""
 

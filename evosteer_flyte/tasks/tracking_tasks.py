@@ -49,12 +49,12 @@ def _tracker(config_yaml: str, spec: RunSpec, mlflow_run: str) -> RunTracker | N
 @task(**LIGHT_TASK)
 @infrastructure_is_recoverable()
 def start_tracking(spec: RunSpec, config_yaml: str, workflow: str) -> str:
-    """The MLflow run of this execution (``tracking.open_run``): a train continues the run of
-    its run id, an evaluation opens a new one; its id or ''."""
+    """The MLflow run of this execution (``tracking.open_run``): a train or an experiment
+    continues the run of its run id, an evaluation opens a new one; its id or ''."""
     cfg, _ = load(spec, config_yaml)
     if not cfg.tracking.enabled:
         return ""
-    resume = workflow == "train"
+    resume = workflow in ("train", "experiment")
     return open_run(cfg, spec.run_id, workflow, _execution_id(), resume).run_id
 
 

@@ -1,6 +1,8 @@
 """What a cluster launches: one ``@workflow`` per pipeline and named launch plans.
 
-``train`` and ``evaluate`` wrap the ``@dynamic`` tasks of ``train.py`` and ``evaluate.py``;
+``train``, ``evaluate`` and ``experiment`` wrap the ``@dynamic`` tasks of ``train.py``,
+``evaluate.py`` and ``experiment.py`` (the experiment plan's default config only when the
+launch config has an ``experiment`` section);
 ``replay`` is the workflow of ``replay.py``. Each gets a launch plan whose defaults come from
 one config file, :data:`LAUNCH_CONFIG` (``configs/paper.yaml``, or ``$EVOSTEER_LAUNCH_CONFIG``
 at registration): its text is the default ``config_yaml``, its store and run id are the
@@ -26,6 +28,7 @@ from evosteer_core.infra.config import RunConfig, load_config
 from evosteer_core.infra.runs import run_id_for
 from evosteer_flyte.tasks.resources import ROLLOUT_SHARDS_REMOTE
 from evosteer_flyte.workflows import evaluate as evaluate_tasks
+from evosteer_flyte.workflows import experiment as experiment_tasks
 from evosteer_flyte.workflows import replay as replay_workflow
 from evosteer_flyte.workflows import train as train_tasks
 
@@ -61,6 +64,12 @@ def evaluate(
     )
 
 
+@workflow
+def experiment(config_yaml: str) -> experiment_tasks.ExperimentOutputs:
+    """Every (row, seed) cell of the config's ``experiment`` section, then the table."""
+    return experiment_tasks.experiment(config_yaml=config_yaml)
+
+
 replay = replay_workflow.replay
 
 
@@ -90,6 +99,11 @@ def launch_plans(path: Path, schedule: str = TRAIN_SCHEDULE) -> dict[str, Launch
         "evaluate": plan(
             evaluate, name=f"{cfg.name}.evaluate", default_inputs={"config_yaml": text}
         ),
+        "experiment": plan(
+            experiment,
+            name=f"{cfg.name}.experiment",
+            default_inputs={"config_yaml": text} if cfg.experiment is not None else {},
+        ),
         "replay": plan(
             replay, name=f"{cfg.name}.replay", default_inputs={**store, "run_id": run_id_for(cfg)}
         ),
@@ -100,4 +114,5 @@ _PLANS = launch_plans(LAUNCH_CONFIG)
 train_plan = _PLANS["train"]
 train_weekly = _PLANS["train_weekly"]
 evaluate_plan = _PLANS["evaluate"]
+experiment_plan = _PLANS["experiment"]
 replay_plan = _PLANS["replay"]

@@ -1,0 +1,135 @@
+"""The cells of an experiment: one run per (row, seed), its config, and its evaluation.
+
+A cell's config is the experiment's base config with the row's overrides and ``train.seed`` set
+to the seed, and no ``experiment`` section: it is an ordinary run (its own run id, cache keys
+and MLflow run), so a cell that finished once is a cache hit when the experiment runs again.
+Every cell of a seed is evaluated on the same held-out records under the same evaluation tags,
+so two rows are compared on common random numbers (docs/experiments.md).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import pandas as pd
+
+from evosteer_core.episode.records import TaskRecord
+from evosteer_core.episode.world import load_records
+from evosteer_core.evaluation.rollouts import evaluation_rollouts
+from evosteer_core.infra.artifacts import RunIndex, canonical_json
+from evosteer_core.infra.config import (
+    ExperimentConfig,
+    ExperimentRow,
+    RunConfig,
+    config_from_dict,
+)
+from evosteer_core.infra.configio import ConfigError, to_plain
+from evosteer_core.infra.runs import config_hash
+from evosteer_core.pipeline.stage_io import StepStore
+from evosteer_core.training.session import Session, open_session
+from evosteer_core.training.state import TrainState
+
+CELL_COLUMNS = ("record_id", "family", "run", "reward", "tokens")
+"""What a cell's evaluation keeps per trajectory (one per held-out record and run)."""
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One (row, seed) of an experiment and the run config it trains and evaluates."""
+
+    row: ExperimentRow
+    seed: int
+    config: RunConfig
+
+    @property
+    def label(self) -> str:
+        return f"{self.row.name} / seed {self.seed}"
+
+
+def experiment_of(cfg: RunConfig, source: str = "<config>") -> ExperimentConfig:
+    """The config's ``experiment`` section, or a ConfigError saying it is missing."""
+    if cfg.experiment is None:
+        raise ConfigError(
+            source,
+            "experiment",
+            "missing: an experiment needs rows and seeds "
+            "(see configs/table2-sim.yaml and docs/experiments.md)",
+        )
+    return cfg.experiment
+
+
+def experiment_id(cfg: RunConfig) -> str:
+    """The experiment's id: its name plus 12 hex digits of a hash of the base config's hash
+    and the experiment section (so two experiments on one base config are two experiments,
+    and a re-run of the same one continues it)."""
+    section = canonical_json(to_plain(experiment_of(cfg)))
+    digest = hashlib.sha256(config_hash(cfg).encode() + section).hexdigest()
+    return f"{cfg.name}-experiment-{digest[:12]}"
+
+
+def cell_config(cfg: RunConfig, row: ExperimentRow, seed: int) -> RunConfig:
+    """The run config of cell (``row``, ``seed``); a bad override names the row and key."""
+    data = cfg.to_dict()
+    data.pop("experiment", None)
+    index = next(i for i, r in enumerate(experiment_of(cfg).rows) if r.name == row.name)
+    source = f"experiment.rows[{index}] ({row.name})"
+    return config_from_dict(data, source, {**row.set, "train.seed": seed})
+
+
+def experiment_cells(cfg: RunConfig, source: str = "<config>") -> list[Cell]:
+    """Every cell, row by row (in the rows' order), seed by seed; every config is built here,
+    so a bad row fails before anything runs."""
+    exp = experiment_of(cfg, source)
+    return [Cell(row, seed, cell_config(cfg, row, seed)) for row in exp.rows for seed in exp.seeds]
+
+
+def evaluation_tag(run: int) -> str:
+    """The evaluation tag of run ``run``: the same in every cell, so rows share seeds."""
+    return f"experiment/{run}"
+
+
+def cell_trajectories(
+    cfg: RunConfig, state: TrainState, evaluation: str, runs: int
+) -> pd.DataFrame:
+    """The cell's policy (``evaluation``: a row's ``eval``) on every held-out record, ``runs``
+    times (frozen: no pairs, no updates), one trajectory per (record, run) with
+    :data:`CELL_COLUMNS`."""
+    session = open_session(cfg, state)
+    heldout = load_records(cfg)[1]
+    frames = []
+    for run in range(runs):
+        trajectories = row_trajectories(session, evaluation, heldout, evaluation_tag(run))
+        frames.append(trajectories.assign(run=run)[list(CELL_COLUMNS)])
+    return pd.concat(frames, ignore_index=True)
+
+
+def row_trajectories(
+    session: Session, evaluation: str, records: list[TaskRecord], tag: str
+) -> pd.DataFrame:
+    """One evaluation run of a row: π_θ for a trained row, ρ for the untrained architecture."""
+    if evaluation not in ("checkpoint", "untrained"):
+        raise ConfigError(
+            "<config>", "experiment.rows", f"eval {evaluation!r} is not available in this version"
+        )
+    trajectories, _ = evaluation_rollouts(
+        session, records, use_adapter=evaluation == "checkpoint", runs=1, tag=tag
+    )
+    return trajectories
+
+
+def training_costs(io_: StepStore, run_id: str, steps: int) -> dict[str, float]:
+    """A trained cell's cost figures, averaged over its steps: the update's ms per trained
+    episode and the rollout's tokens per problem (recorded when ``objectives.cost_metrics``
+    is on; empty otherwise)."""
+    index = RunIndex(io_.store, run_id)
+    metrics = [io_.get_object(index.lookup(k, "update"))["metrics"] for k in range(1, steps + 1)]
+    keys = {
+        "update_ms_per_episode": "update_ms_per_episode",
+        "tokens_per_problem": "train_tokens_per_problem",
+    }
+    return {
+        ours: sum(float(m[theirs]) for m in metrics) / len(metrics)
+        for theirs, ours in keys.items()
+        if metrics and all(theirs in m for m in metrics)
+    }

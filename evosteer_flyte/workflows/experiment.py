@@ -1,0 +1,101 @@
+"""The experiment workflow: rows × seeds of independent cached sub-runs, then one table.
+
+``experiment`` (a ``@dynamic``) opens the experiment's MLflow run, then one ``experiment_row``
+(also a ``@dynamic``) per row: for every seed the cell's run is trained (the train workflow, so
+its steps are the same cached stage tasks) or only initialised (an evaluation-only row), then
+evaluated (``evaluate_cell``, cached) and logged as a child MLflow run. ``summarize_experiment``
+builds the table from every cell. Each cell is an ordinary run, so re-running a crashed
+experiment executes only the cells (and steps) that are missing; on a cluster the rows run in
+parallel. Nodes: the rows plus 3 at the top; 3 per seed in a row (docs/experiments.md).
+
+    pyflyte run evosteer_flyte/workflows/experiment.py experiment --config_yaml "$(cat configs/table2-sim.yaml)"
+"""
+
+import dataclasses
+import typing
+
+from flytekit import dynamic
+
+from evosteer_core.experiment.cells import experiment_cells, experiment_id
+from evosteer_core.infra.artifacts import ArtifactRef
+from evosteer_core.infra.config import config_from_dict
+from evosteer_core.infra.configio import parse_yaml
+from evosteer_flyte.tasks.errors import infrastructure_is_recoverable
+from evosteer_flyte.tasks.experiment import evaluate_cell, record_cell, summarize_experiment
+from evosteer_flyte.tasks.resources import CPU_IMAGE, LIGHT_RESOURCES, RETRIES
+from evosteer_flyte.tasks.spec import make_spec
+from evosteer_flyte.tasks.step_tasks import init_run
+from evosteer_flyte.tasks.tracking_tasks import end_tracking, start_tracking
+from evosteer_flyte.workflows.train import train
+
+DYNAMIC = dict(
+    container_image=CPU_IMAGE, requests=LIGHT_RESOURCES, limits=LIGHT_RESOURCES, retries=RETRIES
+)
+
+
+class RowOutputs(typing.NamedTuple):
+    cells: list[ArtifactRef]
+    costs: list[dict[str, float]]
+
+
+class ExperimentOutputs(typing.NamedTuple):
+    experiment_id: str
+    mlflow_run: str
+    table: ArtifactRef
+
+
+@dynamic(**DYNAMIC)
+@infrastructure_is_recoverable()
+def experiment_row(config_yaml: str, row: str, mlflow_run: str) -> RowOutputs:
+    """Every seed of one row: train (or initialise) the cell's run, evaluate, record."""
+    cfg = config_from_dict(parse_yaml(config_yaml, "<config_yaml>"), "<config_yaml>")
+    cells, costs = [], []
+    for cell in (c for c in experiment_cells(cfg) if c.row.name == row):
+        cell_yaml = cell.config.to_yaml()
+        spec = make_spec(cell.config)
+        if cell.row.trained:
+            state = train(config_yaml=cell_yaml).state
+        else:
+            state = init_run(spec=spec, config_yaml=cell_yaml)
+        result = evaluate_cell(
+            spec=spec,
+            config_yaml=cell_yaml,
+            state=state,
+            evaluation=cell.row.eval,
+            runs=cfg.experiment.runs,
+        )
+        cells.append(
+            record_cell(
+                spec=spec,
+                config_yaml=cell_yaml,
+                parent_run=mlflow_run,
+                row=row,
+                seed=cell.seed,
+                trajectories=result.trajectories,
+            )
+        )
+        costs.append(result.costs)
+    return cells, costs
+
+
+@dynamic(**DYNAMIC)
+@infrastructure_is_recoverable()
+def experiment(config_yaml: str) -> ExperimentOutputs:
+    """Run every (row, seed) cell of the config's ``experiment`` section and the table."""
+    cfg = config_from_dict(parse_yaml(config_yaml, "<config_yaml>"), "<config_yaml>")
+    experiment_cells(cfg)  # every cell's config is checked before anything runs
+    config_yaml = cfg.to_yaml()
+    spec = dataclasses.replace(make_spec(cfg), run_id=experiment_id(cfg))
+    mlflow_run = start_tracking(spec=spec, config_yaml=config_yaml, workflow="experiment")
+    cells: list = []
+    costs: list = []
+    for row in cfg.experiment.rows:
+        out = experiment_row(config_yaml=config_yaml, row=row.name, mlflow_run=mlflow_run)
+        cells.append(out.cells)
+        costs.append(out.costs)
+    table = summarize_experiment(
+        spec=spec, config_yaml=config_yaml, mlflow_run=mlflow_run, cells=cells, costs=costs
+    )
+    done = end_tracking(spec=spec, config_yaml=config_yaml, mlflow_run=mlflow_run, state=table)
+    table >> done
+    return spec.run_id, done, table
