@@ -191,11 +191,11 @@ def test_a_crashed_experiment_reruns_only_its_missing_cells(tmp_path, monkeypatc
     evaluated = []
     real = tasks.cell_trajectories
 
-    def crash_on_untrained(cfg_, state, evaluation, runs):
+    def crash_on_untrained(cfg_, state, evaluation, runs, searched):
         evaluated.append(evaluation)
         if evaluation == "untrained" and crash:
             raise RuntimeError("node lost")
-        return real(cfg_, state, evaluation, runs)
+        return real(cfg_, state, evaluation, runs, searched)
 
     monkeypatch.setattr(tasks, "cell_trajectories", crash_on_untrained)
     crash = True

@@ -10,13 +10,14 @@ so two rows are compared on common random numbers (docs/experiments.md).
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import pandas as pd
 
-from evosteer_core.episode.records import TaskRecord
 from evosteer_core.episode.world import load_records
-from evosteer_core.evaluation.rollouts import evaluation_rollouts
+from evosteer_core.evaluation.rows import row_rollouts
 from evosteer_core.infra.artifacts import RunIndex, canonical_json
 from evosteer_core.infra.config import (
     ExperimentConfig,
@@ -27,7 +28,7 @@ from evosteer_core.infra.config import (
 from evosteer_core.infra.configio import ConfigError, to_plain
 from evosteer_core.infra.runs import config_hash
 from evosteer_core.pipeline.stage_io import StepStore
-from evosteer_core.training.session import Session, open_session
+from evosteer_core.training.session import open_session
 from evosteer_core.training.state import TrainState
 
 CELL_COLUMNS = ("record_id", "family", "run", "reward", "tokens")
@@ -84,38 +85,26 @@ def experiment_cells(cfg: RunConfig, source: str = "<config>") -> list[Cell]:
     return [Cell(row, seed, cell_config(cfg, row, seed)) for row in exp.rows for seed in exp.seeds]
 
 
-def evaluation_tag(run: int) -> str:
-    """The evaluation tag of run ``run``: the same in every cell, so rows share seeds."""
-    return f"experiment/{run}"
+EVALUATION_TAG = "experiment"
+"""The evaluation tag of every cell (run k is seeded by ``experiment/k``): the same in every
+row, so the rows of a seed share their episode seeds."""
 
 
 def cell_trajectories(
-    cfg: RunConfig, state: TrainState, evaluation: str, runs: int
+    cfg: RunConfig,
+    state: TrainState,
+    evaluation: str,
+    runs: int,
+    searched: Mapping[str, Any] | None = None,
 ) -> pd.DataFrame:
-    """The cell's policy (``evaluation``: a row's ``eval``) on every held-out record, ``runs``
-    times (frozen: no pairs, no updates), one trajectory per (record, run) with
-    :data:`CELL_COLUMNS`."""
+    """The cell's row (``evaluation``: a row's ``eval``, ``evaluation.rows``) on every held-out
+    record, ``runs`` times (frozen: no pairs, no updates), one trajectory per (record, run)
+    with :data:`CELL_COLUMNS`; ``searched`` is the searched-workflow artifact of a
+    ``paradigm:searched`` row."""
     session = open_session(cfg, state)
     heldout = load_records(cfg)[1]
-    frames = []
-    for run in range(runs):
-        trajectories = row_trajectories(session, evaluation, heldout, evaluation_tag(run))
-        frames.append(trajectories.assign(run=run)[list(CELL_COLUMNS)])
-    return pd.concat(frames, ignore_index=True)
-
-
-def row_trajectories(
-    session: Session, evaluation: str, records: list[TaskRecord], tag: str
-) -> pd.DataFrame:
-    """One evaluation run of a row: π_θ for a trained row, ρ for the untrained architecture."""
-    if evaluation not in ("checkpoint", "untrained"):
-        raise ConfigError(
-            "<config>", "experiment.rows", f"eval {evaluation!r} is not available in this version"
-        )
-    trajectories, _ = evaluation_rollouts(
-        session, records, use_adapter=evaluation == "checkpoint", runs=1, tag=tag
-    )
-    return trajectories
+    table = row_rollouts(session, evaluation, heldout, runs, EVALUATION_TAG, searched)
+    return table[list(CELL_COLUMNS)]
 
 
 def training_costs(io_: StepStore, run_id: str, steps: int) -> dict[str, float]:

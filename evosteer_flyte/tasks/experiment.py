@@ -8,7 +8,7 @@ from flytekit import Cache, Deck, task
 from evosteer_core.experiment.cells import cell_trajectories, training_costs
 from evosteer_core.experiment.report import store_experiment
 from evosteer_core.experiment.table import cell_metrics
-from evosteer_core.infra.artifacts import ArtifactRef
+from evosteer_core.infra.artifacts import ArtifactRef, get_json
 from evosteer_core.infra.tracking import log_experiment_cell
 from evosteer_flyte.tasks.errors import infrastructure_is_recoverable
 from evosteer_flyte.tasks.resources import (
@@ -39,13 +39,20 @@ class CellResult(typing.NamedTuple):
 )
 @infrastructure_is_recoverable()
 def evaluate_cell(
-    spec: RunSpec, config_yaml: str, state: ArtifactRef, evaluation: str, runs: int
+    spec: RunSpec,
+    config_yaml: str,
+    state: ArtifactRef,
+    evaluation: str,
+    runs: int,
+    searched: dict[str, ArtifactRef],
 ) -> CellResult:
-    """The cell's frozen policy on every held-out record, ``runs`` times (its trajectories
-    table), and a trained cell's training cost figures."""
+    """The cell's frozen row on every held-out record, ``runs`` times (its trajectories
+    table), and a trained cell's training cost figures; ``searched`` holds the
+    searched-workflow artifact of a ``paradigm:searched`` row (else it is empty)."""
     cfg, io = load(spec, config_yaml)
-    require_stored(io.store, {"state": state}, f"evaluate cell {spec.run_id}")
-    trajectories = cell_trajectories(cfg, io.get_state(state), evaluation, runs)
+    require_stored(io.store, {"state": state, **searched}, f"evaluate cell {spec.run_id}")
+    workflows = get_json(io.store, searched["searched"]) if searched else None
+    trajectories = cell_trajectories(cfg, io.get_state(state), evaluation, runs, workflows)
     ref = io.put_table(trajectories, "cell_trajectories")
     costs = training_costs(io, spec.run_id, cfg.train.steps) if evaluation == "checkpoint" else {}
     return ref, costs

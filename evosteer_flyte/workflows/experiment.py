@@ -63,6 +63,7 @@ def experiment_row(config_yaml: str, row: str, mlflow_run: str) -> RowOutputs:
             state=state,
             evaluation=cell.row.eval,
             runs=cfg.experiment.runs,
+            searched={},
         )
         cells.append(
             record_cell(
