@@ -329,14 +329,14 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from evosteer_core.pipeline.report import render_html, run_history
+    from evosteer_core.pipeline.report import load_report, render_html
 
     store = _open_run(args.run_dir, args.run)
-    cfg = run_config(store, args.run)
-    history = run_history(store, args.run)
+    report = load_report(store, args.run, args.run_dir)
     out = Path(args.out or Path(args.run_dir) / f"report-{args.run}.html")
-    out.write_text(render_html(history, args.run, cfg.executor.kind == "sim"), encoding="utf-8")
-    print(f"wrote {out} ({len(history)} steps)")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(render_html(report), encoding="utf-8")
+    print(f"wrote {out} ({len(report.history)} steps)")
     return 0
 
 

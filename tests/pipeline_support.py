@@ -1,15 +1,20 @@
 """Shared helpers of the pipeline tests: the smallest tiny-sim settings, an isolated flytekit
-local cache, and counters of how often each core stage really ran."""
+local cache, counters of how often each core stage really ran, and a recorded run written
+without training (what the report reads)."""
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from flytekit.core.local_cache import LocalTaskCache
 
+from evosteer_core.infra.artifacts import LocalStore, RunIndex
 from evosteer_core.infra.config import RunConfig, load_config
+from evosteer_core.infra.runs import record_config, record_provenance, run_id_for
 from evosteer_core.pipeline import stage_io
 
 SMALL = {
@@ -63,3 +68,44 @@ def count_stage_calls(mp: pytest.MonkeyPatch) -> Counter:
     for name in STAGES:
         mp.setattr(stage_io, name, wrap(name))
     return calls
+
+
+StepMetrics = Callable[[int], Mapping[str, Mapping[str, float]]]
+"""step → the metrics of its ``value``, ``update`` and ``skills`` artifacts."""
+
+
+def few_metrics(step: int) -> Mapping[str, Mapping[str, float]]:
+    return {
+        "value": {"value_mse": 0.5 / step},
+        "update": {"loss": 2.0 / step, "anchor_only_loss": 1.5},
+        "skills": {"skills_candidate": step, "alpha_spent": 0.1 * step},
+    }
+
+
+def recorded_run(
+    root: Path,
+    steps: int = 2,
+    metrics: StepMetrics = few_metrics,
+    mlflow: Mapping[str, str] | None = None,
+    **overrides,
+) -> tuple[RunConfig, str]:
+    """A run dir holding a recorded config and provenance (``mlflow`` as the MLflow location)
+    and ``steps`` steps whose artifacts are written as the stages write them (every
+    ``STEP_ARTIFACTS`` entry; the value, update and skills objects carry ``metrics(step)``),
+    without training: what ``report`` and the record task read. The config and its run id."""
+    cfg = load_config(None, {"store.root": str(root), **overrides})
+    store = LocalStore(root)
+    run_id = run_id_for(cfg)
+    record_config(store, run_id, cfg)
+    record_provenance(store, run_id, mlflow)
+    io_ = stage_io.StepStore(store)
+    index = RunIndex(store, run_id)
+    index.record(0, "state", store.put_bytes(b"initial state", "state"))
+    for step in range(1, steps + 1):
+        table = io_.put_table(pd.DataFrame({"healthy": [True, step % 3 != 0]}), "t")
+        index.record(step, "trajectories", table)
+        for name in ("decisions", "rescored", "state"):
+            index.record(step, name, store.put_bytes(f"{name} {step}".encode(), name))
+        for name, values in metrics(step).items():
+            index.record(step, name, io_.put_object({"metrics": dict(values)}, f"{name}.pt"))
+    return cfg, run_id

@@ -8,12 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pandas as pd
-
-from evosteer_core.infra.artifacts import LocalStore, RunIndex
-from evosteer_core.infra.config import load_config
-from evosteer_core.infra.runs import record_config, run_id_for
-from evosteer_core.pipeline.stage_io import StepStore
+from pipeline_support import recorded_run
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -50,28 +45,8 @@ def test_every_core_module_imports_without_flytekit() -> None:
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-def _recorded_run(root: Path) -> str:
-    """A run dir with a recorded config and two steps whose artifacts carry metrics: what
-    ``report`` reads (the artifacts are written as the stages write them, not by training)."""
-    cfg = load_config(None, {"store.root": str(root)})
-    store = LocalStore(root)
-    run_id = run_id_for(cfg)
-    record_config(store, run_id, cfg)
-    io_ = StepStore(store)
-    index = RunIndex(store, run_id)
-    for step in (1, 2):
-        index.record(step, "trajectories", io_.put_table(pd.DataFrame({"healthy": [True]}), "t"))
-        for name, metrics in (
-            ("value", {"value_mse": 0.5 / step}),
-            ("update", {"loss": 2.0 / step, "anchor_only_loss": 1.5}),
-            ("skills", {"skills_candidate": step, "alpha_spent": 0.1 * step}),
-        ):
-            index.record(step, name, io_.put_object({"metrics": metrics}, f"{name}-{step}.pt"))
-    return run_id
-
-
 def test_report_reads_a_recorded_run_without_flytekit(tmp_path: Path) -> None:
-    run_id = _recorded_run(tmp_path / "run")
+    _, run_id = recorded_run(tmp_path / "run")
     out = tmp_path / "report.html"
     args = ("report", "--run-dir", str(tmp_path / "run"), "--run", run_id, "--out", str(out))
     done = _python(REPORT, *args)
@@ -79,4 +54,4 @@ def test_report_reads_a_recorded_run_without_flytekit(tmp_path: Path) -> None:
     assert f"wrote {out} (2 steps)" in done.stdout
     page = out.read_text(encoding="utf-8")
     assert f"EvoSteer run {run_id} (SIMULATED executor)" in page
-    assert page.count("data:image/png;base64,") == 4
+    assert page.count("data:image/svg+xml;base64,") == 4

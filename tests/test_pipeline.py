@@ -207,7 +207,7 @@ def test_cli_train_contract_and_report(base_run, flyte_env, capsys, tmp_path):
     argv = ["report", "--run-dir", cfg.store.root, "--run", out.run_id, "--out", str(report)]
     assert cli_main(argv) == 0
     page = report.read_text()
-    assert page.count("data:image/png;base64,") == 4
+    assert page.count("data:image/svg+xml;base64,") == 4
     assert "SIMULATED" in page and "Learning curve" in page and "Alpha spent" in page
 
 

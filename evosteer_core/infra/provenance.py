@@ -1,4 +1,5 @@
-"""Which code ran: the package version, a hash of the installed source, and the git commit.
+"""Which code ran: the package version, the cache version, a hash of the installed source, and
+the git commit.
 
 An MLflow run (and a registered adapter) carries these as tags, so a run handed to another team
 names the code that produced it. The code hash is computed from the files of the installed
@@ -26,6 +27,15 @@ VERSION_TAG = "evosteer.version"
 CODE_HASH_TAG = "evosteer.code_hash"
 GIT_COMMIT_TAG = "evosteer.git_commit"
 GIT_DIRTY_TAG = "evosteer.git_dirty"
+CACHE_VERSION_KEY = "evosteer.cache_version"
+
+CODE_VERSION = "5"
+"""Bump when a task's outputs change for the same inputs (flytekit's cache ignores code)."""
+
+CACHE_VERSION = f"{evosteer_core.__version__}-{CODE_VERSION}"
+"""The ``cache_version`` of every cached Flyte task: the package version and
+:data:`CODE_VERSION`. It lives here, not with the tasks, so the report (which loads no
+flytekit) can name it."""
 
 
 def _package_dirs() -> list[Path]:
@@ -66,6 +76,11 @@ def git_state() -> tuple[str, bool] | None:
         return None
     status = _git(["status", "--porcelain", "--untracked-files=no", "--", *PACKAGES], where)
     return commit, bool(status)
+
+
+def code_summary() -> dict[str, str]:
+    """This code as the report shows it: :func:`code_tags` plus the cache version."""
+    return {**code_tags(), CACHE_VERSION_KEY: CACHE_VERSION}
 
 
 def code_tags() -> dict[str, str]:

@@ -1,4 +1,5 @@
-"""Run identity: the one config hash, the run id, and the config a run records at step 0.
+"""Run identity: the one config hash, the run id, and what a run records at step 0 (its config,
+and the code and MLflow run of its latest execution).
 
 A run is named by what it computes, not by where it is stored or for how many steps it runs,
 so re-running a config (after a crash, or with more ``train.steps``) writes to the same run
@@ -9,10 +10,19 @@ id, the MLflow ``evosteer.config_hash`` tag) takes its hash from :func:`config_h
 from __future__ import annotations
 
 import hashlib
+import json
+from collections.abc import Mapping
 
-from evosteer_core.infra.artifacts import ArtifactRef, ArtifactStore, RunIndex, canonical_json
+from evosteer_core.infra.artifacts import (
+    ArtifactRef,
+    ArtifactStore,
+    MissingArtifactError,
+    RunIndex,
+    canonical_json,
+)
 from evosteer_core.infra.config import AblationConfig, RunConfig, config_from_dict
 from evosteer_core.infra.configio import parse_yaml, to_plain
+from evosteer_core.infra.provenance import code_summary
 
 OPERATIONAL_KEYS = ("name", "store", "tracking", "images", "experiment")
 """Top-level keys that say where a run is stored, logged or run, not what it computes (an
@@ -73,3 +83,29 @@ def run_config(store: ArtifactStore, run_id: str) -> RunConfig:
     ref = RunIndex(store, run_id).lookup(0, CONFIG_ENTRY)
     source = f"{run_id}/config.yaml"
     return config_from_dict(parse_yaml(store.get_bytes(ref).decode(), source), source)
+
+
+PROVENANCE_ENTRY = "provenance"
+"""Run-index name (step 0) of the latest train execution's provenance: the code that ran it
+(:func:`provenance.code_summary`) and the MLflow run it logged to."""
+
+
+def record_provenance(
+    store: ArtifactStore, run_id: str, mlflow: Mapping[str, str] | None
+) -> ArtifactRef:
+    """Record this code and ``mlflow`` (:meth:`RunTracker.location`, None when tracking is
+    off) as the run's step-0 :data:`PROVENANCE_ENTRY`, replaced on every execution, so the
+    report names them without reaching MLflow."""
+    data = {"code": code_summary(), "mlflow": dict(mlflow) if mlflow else None}
+    ref = store.put_bytes(canonical_json(data), "provenance.json")
+    RunIndex(store, run_id).record(0, PROVENANCE_ENTRY, ref, replace=True)
+    return ref
+
+
+def run_provenance(store: ArtifactStore, run_id: str) -> dict | None:
+    """What :func:`record_provenance` recorded, or None for a run recorded before it existed."""
+    try:
+        ref = RunIndex(store, run_id).lookup(0, PROVENANCE_ENTRY)
+    except MissingArtifactError:
+        return None
+    return json.loads(store.get_bytes(ref))

@@ -502,6 +502,19 @@ class RunTracker:
         self.end("FINISHED")
         return version
 
+    def location(self) -> dict[str, str]:
+        """Where to find this run: tracking URI (redacted), experiment id, run id and the URL
+        of its page in the MLflow UI (:func:`ui_url`)."""
+        with self._op("read the run's experiment"):
+            experiment_id = self.client.get_run(self.run_id).info.experiment_id
+        uri = redact_url(self.client.tracking_uri)
+        return {
+            "tracking_uri": uri,
+            "experiment_id": experiment_id,
+            "run_id": self.run_id,
+            "url": ui_url(uri, experiment_id, self.run_id),
+        }
+
     def end(self, status: str = "FINISHED") -> None:
         """Mark the run FINISHED, FAILED or KILLED."""
         with self._op(f"end ({status})"):
@@ -538,6 +551,19 @@ def log_experiment_cell(
     tracker.log_step(0, metrics)
     tracker.end("FINISHED")
     return tracker.run_id
+
+
+LOCAL_UI = "http://127.0.0.1:5000"
+"""Where ``mlflow ui`` serves a local (SQLite) tracking store by default."""
+
+
+def ui_url(tracking_uri: str, experiment_id: str, run_id: str) -> str:
+    """The page of an MLflow run: on the tracking server itself when the URI is one (http or
+    https), else on :data:`LOCAL_UI`, where ``mlflow ui --backend-store-uri <uri>`` serves it."""
+    base = (
+        tracking_uri.rstrip("/") if tracking_uri.startswith(("http://", "https://")) else LOCAL_UI
+    )
+    return f"{base}/#/experiments/{experiment_id}/runs/{run_id}"
 
 
 EVAL_PREFIX = "eval."

@@ -1,13 +1,14 @@
 """Evaluation tasks: one benchmark (a stored task table) × N runs of a frozen checkpoint, and the
 summary table."""
 
-from flytekit import Cache, task
+from flytekit import Cache, Deck, task
 
 from evosteer_core.episode.world import stored_records
 from evosteer_core.evaluation.rollouts import benchmark_scores
 from evosteer_core.evaluation.tables import summarize
 from evosteer_core.infra.artifacts import ArtifactRef, put_json
 from evosteer_core.infra.tracking import registered_model_name, tag_registered_adapters
+from evosteer_core.pipeline.report import evaluation_deck_html
 from evosteer_flyte.tasks.errors import infrastructure_is_recoverable
 from evosteer_flyte.tasks.resources import (
     CACHE_VERSION,
@@ -19,7 +20,7 @@ from evosteer_flyte.tasks.resources import (
     RETRIES,
 )
 from evosteer_flyte.tasks.spec import RunSpec, load, require_stored
-from evosteer_flyte.tasks.tracking_tasks import _tracker
+from evosteer_flyte.tasks.tracking_tasks import DECK, _tracker
 
 
 @task(
@@ -48,7 +49,13 @@ def evaluate_benchmark(
     )
 
 
-@task(retries=RETRIES, container_image=CPU_IMAGE, requests=LIGHT_RESOURCES, limits=LIGHT_RESOURCES)
+@task(
+    retries=RETRIES,
+    container_image=CPU_IMAGE,
+    requests=LIGHT_RESOURCES,
+    limits=LIGHT_RESOURCES,
+    **DECK,
+)
 @infrastructure_is_recoverable()
 def summarize_evaluation(
     spec: RunSpec,
@@ -59,9 +66,11 @@ def summarize_evaluation(
     scores: list[list[float]],
 ) -> ArtifactRef:
     """The means ± std table, stored as JSON and logged to MLflow (metrics and the table); the
-    results are also set as tags on the registered adapter versions of this checkpoint."""
+    results are also set as tags on the registered adapter versions of this checkpoint. Its
+    Deck shows the table and a bar plot of it."""
     cfg, io = load(spec, config_yaml)
     table = summarize(dict(zip(benchmarks, scores, strict=True)))
+    Deck("Evaluation", evaluation_deck_html(table, state.sha256))
     ref = put_json(io.store, {"checkpoint": state.sha256, **table.to_dict()}, "evaluation.json")
     tracker = _tracker(config_yaml, spec, mlflow_run)
     if tracker is not None:

@@ -13,13 +13,9 @@ ignore all of this.
 from flytekit import Resources
 from flytekit.extras.accelerators import H100
 
-import evosteer_core
+# the tasks' cache version: bump ``evosteer_core/infra/provenance.py:CODE_VERSION``
+from evosteer_core.infra.provenance import CACHE_VERSION as CACHE_VERSION
 from evosteer_flyte.images import task_images
-
-CODE_VERSION = "5"
-"""Bump when a task's outputs change for the same inputs (flytekit's cache ignores code)."""
-
-CACHE_VERSION = f"{evosteer_core.__version__}-{CODE_VERSION}"
 
 RETRIES = 3
 """Retries for infrastructure failures (pod eviction, node loss); a user error fails at once."""

@@ -11,12 +11,14 @@ import os
 import socket
 import time
 
-from flytekit import current_context, task
+from flytekit import Deck, current_context, task
+from flytekit.deck import DeckField
 
 from evosteer_core.infra.artifacts import ArtifactRef, RunIndex
-from evosteer_core.infra.runs import record_config
+from evosteer_core.infra.runs import record_config, record_provenance
 from evosteer_core.infra.tracking import RunTracker, open_run, resolve_tracking
 from evosteer_core.pipeline import stage_io
+from evosteer_core.pipeline.report import deck_html, run_history
 from evosteer_flyte.tasks.errors import infrastructure_is_recoverable
 from evosteer_flyte.tasks.resources import CPU_IMAGE, LIGHT_RESOURCES, RETRIES
 from evosteer_flyte.tasks.spec import RunSpec, load, require_stored
@@ -24,6 +26,9 @@ from evosteer_flyte.tasks.spec import RunSpec, load, require_stored
 LIGHT_TASK = dict(
     retries=RETRIES, container_image=CPU_IMAGE, requests=LIGHT_RESOURCES, limits=LIGHT_RESOURCES
 )
+DECK = dict(enable_deck=True, deck_fields=(DeckField.TIMELINE,))
+"""A task that shows a Deck: ours and flytekit's timeline, not its input deck (the config text
+it would print can hold credentials) nor its output, source or dependency decks."""
 LOCAL_EXECUTION = ("local", "local", "local")
 """flytekit's placeholder execution id in a local (in-process) execution."""
 
@@ -60,17 +65,22 @@ def start_tracking(spec: RunSpec, config_yaml: str, workflow: str) -> str:
 
 @task(**LIGHT_TASK)
 @infrastructure_is_recoverable()
-def record_init(spec: RunSpec, config_yaml: str, state: ArtifactRef) -> ArtifactRef:
-    """Record the config (``runs.record_config``: redacted, replaced on every execution) and
-    the step-0 state in the run index; pass the state on."""
+def record_init(
+    spec: RunSpec, config_yaml: str, state: ArtifactRef, mlflow_run: str = ""
+) -> ArtifactRef:
+    """Record the config (``runs.record_config``: redacted, replaced on every execution), this
+    execution's code and MLflow run (``runs.record_provenance``) and the step-0 state in the
+    run index; pass the state on."""
     cfg, io = load(spec, config_yaml)
     require_stored(io.store, {"state": state}, "init_run")
     record_config(io.store, spec.run_id, cfg)
+    tracker = _tracker(config_yaml, spec, mlflow_run)
+    record_provenance(io.store, spec.run_id, tracker.location() if tracker else None)
     RunIndex(io.store, spec.run_id).record(0, "state", state)
     return state
 
 
-@task(**LIGHT_TASK)
+@task(**LIGHT_TASK, **DECK)
 @infrastructure_is_recoverable()
 def record_step(
     spec: RunSpec, config_yaml: str, mlflow_run: str, step: int, refs: dict[str, ArtifactRef]
@@ -78,12 +88,14 @@ def record_step(
     """Record every artifact of ``step`` (``refs``: ``stage_io.STEP_ARTIFACTS`` by name) in the
     run index and log the step to MLflow once (``stage_io.track_step``): metrics, the adapter
     (a PEFT folder) and heads, the skill library version and the test ledger (JSON), and the
-    artifact hashes as tags. Returns the new state (so the next step waits for it)."""
+    artifact hashes as tags. Its Deck shows the report's plots of the run so far. Returns the
+    new state (so the next step waits for it)."""
     cfg, io = load(spec, config_yaml)
     require_stored(io.store, refs, f"step {step}")
     index = RunIndex(io.store, spec.run_id)
     for name, ref in refs.items():
         index.record(step, name, ref)
+    Deck("Training", deck_html(run_history(io.store, spec.run_id), spec.run_id))
     tracker = _tracker(config_yaml, spec, mlflow_run)
     if tracker is not None:
         stage_io.track_step(cfg, io, tracker, step, refs)

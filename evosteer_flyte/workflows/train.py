@@ -105,7 +105,10 @@ def train(config_yaml: str, steps: int = 0, rollout_shards: int = 1) -> TrainOut
     spec = make_spec(cfg)
     mlflow_run = start_tracking(spec=spec, config_yaml=config_yaml, workflow="train")
     state = record_init(
-        spec=spec, config_yaml=config_yaml, state=init_run(spec=spec, config_yaml=config_yaml)
+        spec=spec,
+        config_yaml=config_yaml,
+        state=init_run(spec=spec, config_yaml=config_yaml),
+        mlflow_run=mlflow_run,
     )
     for first, last in chunks(cfg.train.steps):
         state = train_chunk(
