@@ -318,7 +318,7 @@ def _mlflow_section(cfg: RunConfig, recorded: dict | None) -> str:
             ui = f"mlflow ui --backend-store-uri {shlex.quote(mlflow['tracking_uri'])}"
             parts.append("<p class='note'>The link opens once the local UI runs:</p>")
             parts.append(f"<pre class='cmd' id='mlflow-ui'>{html.escape(ui)}</pre>")
-    elif not cfg.tracking.enabled:
+    elif recorded is not None or not cfg.tracking.enabled:
         parts.append(
             "<p id='mlflow-none'>Tracking was off for this run "
             "(<code>tracking.enabled: false</code>).</p>"

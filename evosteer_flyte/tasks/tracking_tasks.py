@@ -12,7 +12,6 @@ import socket
 import time
 
 from flytekit import Deck, current_context, task
-from flytekit.deck import DeckField
 
 from evosteer_core.infra.artifacts import ArtifactRef, RunIndex
 from evosteer_core.infra.runs import record_config, record_provenance
@@ -26,9 +25,13 @@ from evosteer_flyte.tasks.spec import RunSpec, load, require_stored
 LIGHT_TASK = dict(
     retries=RETRIES, container_image=CPU_IMAGE, requests=LIGHT_RESOURCES, limits=LIGHT_RESOURCES
 )
-DECK = dict(enable_deck=True, deck_fields=(DeckField.TIMELINE,))
-"""A task that shows a Deck: ours and flytekit's timeline, not its input deck (the config text
-it would print can hold credentials) nor its output, source or dependency decks."""
+DECK = dict(enable_deck=True, deck_fields=())
+"""A task that shows our Deck only: not flytekit's input deck (the config text it would print
+can hold credentials), nor its output, source, dependency or timeline decks."""
+DECK_EVERY = 10
+"""``record_step`` draws the training Deck every this many steps and at the run's last step:
+the plots read every step so far from the store, so drawing them at every step would cost a
+long run's store reads quadratically."""
 LOCAL_EXECUTION = ("local", "local", "local")
 """flytekit's placeholder execution id in a local (in-process) execution."""
 
@@ -88,14 +91,16 @@ def record_step(
     """Record every artifact of ``step`` (``refs``: ``stage_io.STEP_ARTIFACTS`` by name) in the
     run index and log the step to MLflow once (``stage_io.track_step``): metrics, the adapter
     (a PEFT folder) and heads, the skill library version and the test ledger (JSON), and the
-    artifact hashes as tags. Its Deck shows the report's plots of the run so far. Returns the
-    new state (so the next step waits for it)."""
+    artifact hashes as tags. Every :data:`DECK_EVERY` steps and at the last, its Deck shows
+    the report's plots of the run so far. Returns the new state (so the next step waits for
+    it)."""
     cfg, io = load(spec, config_yaml)
     require_stored(io.store, refs, f"step {step}")
     index = RunIndex(io.store, spec.run_id)
     for name, ref in refs.items():
         index.record(step, name, ref)
-    Deck("Training", deck_html(run_history(io.store, spec.run_id), spec.run_id))
+    if step % DECK_EVERY == 0 or step == cfg.train.steps:
+        Deck("Training", deck_html(run_history(io.store, spec.run_id), spec.run_id))
     tracker = _tracker(config_yaml, spec, mlflow_run)
     if tracker is not None:
         stage_io.track_step(cfg, io, tracker, step, refs)
