@@ -209,6 +209,7 @@ def test_cli_train_contract_and_report(base_run, flyte_env, capsys, tmp_path):
     page = report.read_text()
     assert page.count("data:image/svg+xml;base64,") == 4
     assert "SIMULATED" in page and "Learning curve" in page and "Alpha spent" in page
+    assert f"/runs/{out.mlflow_run}'" in page  # the link to the run's MLflow page (record_init)
 
 
 def test_evaluate_checkpoint_table_and_mlflow(base_run, capsys):

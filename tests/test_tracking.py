@@ -131,6 +131,21 @@ def test_bad_metrics_and_names_are_refused(tracking_uri: str, tmp_path: Path) ->
         RunTracker.attach(tracking_uri, "no-such-run")
 
 
+def test_location_names_the_run_and_its_ui_page(tracking_uri: str, tmp_path: Path) -> None:
+    """What ``record_init`` records for the report; a local store's page is on the ``mlflow
+    ui`` that would serve it."""
+    tracker = RunTracker.start(
+        tracking_uri, "exp-loc", "run-l", artifact_location=tmp_path.as_uri()
+    )
+    experiment = tracker.client.get_experiment_by_name("exp-loc").experiment_id
+    assert tracker.location() == {
+        "tracking_uri": tracking_uri,
+        "experiment_id": experiment,
+        "run_id": tracker.run_id,
+        "url": f"http://127.0.0.1:5000/#/experiments/{experiment}/runs/{tracker.run_id}",
+    }
+
+
 def test_from_config_and_store_refs(tracking_uri: str, tmp_path: Path) -> None:
     # Shares the module's database (each new sqlite store costs ~10 s of migrations here);
     # the default URI under the store root is covered by test_resolve_tracking_defaults.
