@@ -173,22 +173,21 @@ def load_report(store: ArtifactStore, run_id: str, store_root: str) -> RunReport
 
 
 def _svg(figsize: tuple[float, float], draw: Callable[[Axes], None]) -> str:
-    """An SVG document of one axes that ``draw`` fills (text kept as text, no timestamp)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    """An SVG document of one axes that ``draw`` fills (text kept as text, no timestamp).
+    A bare ``Figure``, not pyplot: no backend is chosen and no global figure state is kept."""
+    from matplotlib import rc_context
+    from matplotlib.figure import Figure
 
     rc = {"svg.fonttype": "none", "svg.hashsalt": "evosteer-report", "font.size": 10}
-    with plt.rc_context(rc):
-        fig, ax = plt.subplots(figsize=figsize)
+    with rc_context(rc):
+        fig = Figure(figsize=figsize)
+        ax = fig.subplots()
         draw(ax)
         ax.grid(alpha=0.3)
         ax.spines[["top", "right"]].set_visible(False)
         fig.tight_layout()
         buf = io.BytesIO()
         fig.savefig(buf, format="svg", metadata={"Date": None})
-        plt.close(fig)
     return buf.getvalue().decode("utf-8")
 
 
@@ -242,12 +241,12 @@ def _plot(history: pd.DataFrame, title: str, columns: Sequence[str]) -> str:
     return _svg((6.4, 3.4), draw)
 
 
-def figures_html(history: pd.DataFrame, plots: Iterable[tuple[str, Sequence[str]]] = PLOTS) -> str:
-    """The plots of ``history`` as ``<figure>``s with an SVG data URI each: the report and the
-    Flyte Decks both show exactly these."""
+def figures_html(history: pd.DataFrame) -> str:
+    """The :data:`PLOTS` of ``history`` as ``<figure>``s with an SVG data URI each: the report
+    and the Flyte Decks both show exactly these."""
     figures = [
         _figure(_plot(history, title, cols), title, f"{', '.join(cols)} per step")
-        for title, cols in plots
+        for title, cols in PLOTS
     ]
     return f"<div class='figures'>{''.join(figures)}</div>"
 
