@@ -14,6 +14,7 @@ outside CI and fails in CI (``CI`` set).
 from __future__ import annotations
 
 import base64
+import dataclasses
 import functools
 import http.server
 import os
@@ -165,6 +166,9 @@ def test_provenance_is_recorded_and_shown(run_dir: tuple[Path, str]) -> None:
     assert "written by other code" in _code_section(other)
     assert "Tracking was off" in _mlflow_section(report.config, {**recorded, "mlflow": None})
     assert RunIndex(store, run_id).lookup(0, PROVENANCE_ENTRY)
+    assert "hashed by other code" not in page
+    renamed = dataclasses.replace(report, run_id="tiny-sim-000000000000")
+    assert "hashed by other code" in render_html(renamed)
 
 
 def test_ui_url_is_the_server_or_the_local_ui() -> None:

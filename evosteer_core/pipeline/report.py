@@ -332,6 +332,15 @@ def _mlflow_section(cfg: RunConfig, recorded: dict | None) -> str:
     return "".join(parts)
 
 
+def _hash_item(cfg: RunConfig, run_id: str) -> str:
+    """The config hash, flagged when it does not end the run id: this code hashes the recorded
+    config otherwise than the code that named the run did."""
+    digest = config_hash(cfg)
+    if run_id.endswith(f"-{digest[:12]}"):
+        return _mono(digest)
+    return f"{_mono(digest)} <span class='badge sim'>not the run id's: hashed by other code</span>"
+
+
 def _commands_section(report: RunReport) -> str:
     root, run = shlex.quote(report.store_root), shlex.quote(report.run_id)
     last = int(report.history.index.max())
@@ -363,7 +372,7 @@ def render_html(report: RunReport) -> str:
         [
             ("run id", _mono(report.run_id)),
             ("steps", f"{len(steps)} completed ({int(steps.min())}–{int(steps.max())})"),
-            ("config hash", _mono(config_hash(cfg))),
+            ("config hash", _hash_item(cfg, report.run_id)),
             ("config object", _mono(report.config_sha256)),
             ("final state", _mono(final_state)),
             ("store", _mono(report.store_root)),
