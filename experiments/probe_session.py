@@ -10,6 +10,7 @@ import torch
 from evosteer_core.infra.config import load_config
 from evosteer_core.infra.configio import parse_override
 from evosteer_core.training.session import Session, init_state, open_session
+from evosteer_core.training.warm_start import stage_warm_start
 
 
 def add_session_options(p: argparse.ArgumentParser) -> None:
@@ -21,7 +22,8 @@ def add_session_options(p: argparse.ArgumentParser) -> None:
 
 
 def untrained_session(args: argparse.Namespace) -> Session:
-    """A fresh session (θ == ρ) from the options of :func:`add_session_options`."""
+    """A fresh session (θ == ρ) from the options of :func:`add_session_options`; with
+    ``policy.init`` its ρ is the warm-started reference."""
     torch.set_num_threads(args.threads)
     cfg = load_config(
         args.config,
@@ -31,4 +33,5 @@ def untrained_session(args: argparse.Namespace) -> Session:
             **dict(parse_override(kv) for kv in args.set),
         },
     )
+    cfg = stage_warm_start(cfg)  # policy.init: fit (or find) the warm-started reference
     return open_session(cfg, init_state(cfg))

@@ -27,9 +27,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: experiments.*
 
-from evosteer_core.episode.actions import Action
 from evosteer_core.episode.rollout import EpisodePlan
-from evosteer_core.episode.runtime import DecisionCharge, Episode
+from evosteer_core.episode.runtime import DecisionCharge, Episode, replay_open_loop
 from evosteer_core.evaluation.rollouts import evaluation_rollouts
 from experiments.probe_session import add_session_options, untrained_session
 from experiments.tilt import success_variance, tilt_gain
@@ -44,7 +43,7 @@ def sampled_cost(s, prompt: str, action_tokens: int) -> DecisionCharge:
 
 def replay_reward(s, record, actions: list[str], costs: list[DecisionCharge], key: str) -> float:
     """Reward of the action sequence ``actions`` run open-loop under executor key ``key``, each
-    decision charged as the rollout charged it."""
+    decision charged as the rollout charged it (``runtime.replay_open_loop``)."""
     ep = Episode(
         record,
         s.world.catalogue,
@@ -55,14 +54,7 @@ def replay_reward(s, record, actions: list[str], costs: list[DecisionCharge], ke
         run_seed=s.cfg.train.seed,
         episode_key=key,
     )
-    for text, cost in zip(actions, costs, strict=True):
-        if ep.stopped:
-            break
-        action = Action.from_json(text)
-        ep.apply(action if action in ep.legal_actions() else ep.legal_actions()[0], cost)
-    while not ep.stopped:
-        ep.apply(ep.legal_actions()[0])
-    return float(ep.reward or 0.0)
+    return replay_open_loop(ep, actions, costs)
 
 
 def main() -> None:

@@ -51,6 +51,7 @@ CANDIDATES: dict[str, list[Any]] = {
     "policy.dtype": ["bfloat16"],
     "policy.renderer": ["full"],
     "policy.lora.target_modules": [["q_proj"]],
+    "policy.init": [{"kind": "sft"}],
     "train.objective": ["tb"],
     "skills.author": ["llm"],
 }

@@ -37,6 +37,7 @@ GPU_TASKS = {
     "rollout_shard",
     "evaluate_benchmark",
     "evaluate_cell",
+    "warm_start",
     "replay_step",
 }
 STATE = ArtifactRef("s3://evosteer-artifacts/paper/objects/00/" + "0" * 64, "0" * 64)
@@ -155,8 +156,12 @@ def test_240_step_train_stays_within_the_per_dynamic_node_guidance(monkeypatch):
     staged, checked = [], []
     monkeypatch.setattr(train_wf, "stage_data", lambda cfg: staged.append(cfg) or cfg)
     monkeypatch.setattr(train_wf, "load_records", checked.append)
-    outer = _compile_dynamic(train_wf.train, config_yaml=PAPER.to_yaml(), steps=0, rollout_shards=4)
+    top = _compile_dynamic(train_wf.train, config_yaml=PAPER.to_yaml(), steps=0, rollout_shards=4)
     assert [c.data for c in staged] == [c.data for c in checked] == [PAPER.data]
+    assert len(top.nodes) == 1  # no policy.init: the run itself, no warm_start task
+    outer = _compile_dynamic(
+        train_wf.train_run, config_yaml=PAPER.to_yaml(), warm=None, rollout_shards=4
+    )
     chunks = train_wf.chunks(240)
     assert len(outer.nodes) == len(chunks) + train_wf.OUTER_NODES
     assert len(outer.nodes) < train_wf.MAX_NODES_PER_DYNAMIC

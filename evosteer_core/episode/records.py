@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -10,6 +11,17 @@ FAMILIES: tuple[str, ...] = ("hotpotqa", "nq_open", "medqa", "aime", "mbpp_plus"
 
 METRICS: tuple[str, ...] = ("qa_em", "mcq", "aime", "math", "code", "interactive")
 """Reward functions a record can name (see ``benchmarks.metrics``)."""
+
+
+SIM_TAG = re.compile(r"^\[sim [a-z_]+ [A-Za-z0-9_]+ #\d+\] ")
+"""The bookkeeping tag that starts a simulated task's prompt (``[sim hotpotqa train #3] ``):
+it names the record's split and index, which no real task shows."""
+
+
+def sim_tag(family: str, split: str, index: int) -> str:
+    """The tag of simulated record ``index`` of ``family`` in ``split`` (matches ``SIM_TAG``
+    once followed by a space)."""
+    return f"[sim {family} {split} #{index}]"
 
 
 @dataclass(frozen=True)
@@ -45,3 +57,10 @@ class TaskRecord:
         letters = "ABCDEFGHIJ"
         lines = [f"{letters[i]}. {c}" for i, c in enumerate(self.choices)]
         return self.prompt + "\n" + "\n".join(lines)
+
+    @property
+    def orchestrator_text(self) -> str:
+        """The task as the orchestrator sees it: the public prompt without a simulated task's
+        tag (``SIM_TAG``), so that, like a real orchestrator, it reads the task's text and
+        family but never a record id, index or split name."""
+        return SIM_TAG.sub("", self.public_prompt, count=1)

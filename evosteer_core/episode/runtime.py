@@ -8,7 +8,7 @@ An :class:`Episode` owns one task's communication graph, budget ledger, history 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from evosteer_core.episode.actions import Action
@@ -432,3 +432,21 @@ class Episode:
         ):
             return f"{node_id} has used its per-node model calls"
         return "the role's per-call budget can no longer be reserved"
+
+
+def replay_open_loop(
+    ep: Episode, actions: Sequence[str], charges: Sequence[DecisionCharge]
+) -> float:
+    """Reward of running the recorded ``actions`` (canonical JSON) open-loop in the fresh
+    episode ``ep``, each decision charged as when it was recorded: an action that is illegal in
+    this run is replaced by the first legal one, and once the sequence ends the first legal
+    action is taken until the episode stops (the runtime's finalizing actions)."""
+    for text, charge in zip(actions, charges, strict=True):
+        if ep.stopped:
+            break
+        action = Action.from_json(text)
+        legal = ep.legal_actions()
+        ep.apply(action if action in legal else legal[0], charge)
+    while not ep.stopped:
+        ep.apply(ep.legal_actions()[0])
+    return float(ep.reward or 0.0)

@@ -248,19 +248,24 @@ def load_slices(
     return records
 
 
-def load_records(cfg: RunConfig) -> tuple[list[TaskRecord], list[TaskRecord]]:
-    """(train, held-out) records: the synthetic suite (its split seeds keep them apart) or
-    every benchmark slice, read and validated in full. The train workflow calls it before the
-    first step, so bad data fails there, not in a rollout task."""
+def load_split(cfg: RunConfig, split: str) -> list[TaskRecord]:
+    """The records of one split (``train`` or ``heldout``): the synthetic suite's (its split
+    seeds keep them apart) or those of every ``data.<split>`` benchmark slice."""
     if cfg.data.source == "sim":
         from evosteer_core.sim.suite import make_sim_suite
 
         sim = cfg.sim
-        train = make_sim_suite(sim.n_train_per_family, sim.seed, "train")
-        heldout = make_sim_suite(sim.n_heldout_per_family, sim.seed, "heldout")
+        n = sim.n_train_per_family if split == "train" else sim.n_heldout_per_family
+        return make_sim_suite(n, sim.seed, split)
+    return load_slices(getattr(cfg.data, split), f"data.{split}", cfg.store)
+
+
+def load_records(cfg: RunConfig) -> tuple[list[TaskRecord], list[TaskRecord]]:
+    """(train, held-out) records (:func:`load_split`), read and validated in full. The train
+    workflow calls it before the first step, so bad data fails there, not in a rollout task."""
+    train, heldout = load_split(cfg, "train"), load_split(cfg, "heldout")
+    if cfg.data.source == "sim":
         return train, heldout
-    train = load_slices(cfg.data.train, "data.train", cfg.store)
-    heldout = load_slices(cfg.data.heldout, "data.heldout", cfg.store)
     overlap = {r.record_id for r in train} & {r.record_id for r in heldout}
     if overlap:
         raise ConfigError(
@@ -278,7 +283,8 @@ def build_world(cfg: RunConfig) -> World:
 
 def world_for(cfg: RunConfig, train: list[TaskRecord], heldout: list[TaskRecord]) -> World:
     """The world of :func:`build_world` on the given records (the offline workflow search
-    builds one on the training records alone, ``paradigms.searched``)."""
+    builds one on the training records alone, ``paradigms.searched``, and so does the warm
+    start, ``training.warm_start``, which never loads the held-out split: ``load_split``)."""
     box = cfg.executor.sandbox
     sandbox.configure(allow_weak_sandbox=box.allow_weak_sandbox, packages=box.packages)
     catalogue, executor = default_catalogue(), build_executor(cfg)

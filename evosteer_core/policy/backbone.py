@@ -30,6 +30,7 @@ from safetensors.torch import load as load_safetensors
 from safetensors.torch import save as save_safetensors
 from transformers import AutoModelForCausalLM, AutoTokenizer, Cache, LlamaConfig, PreTrainedModel
 
+from evosteer_core.infra.artifacts import ArtifactStore
 from evosteer_core.infra.config import PolicyConfig
 from evosteer_core.infra.model_cache import is_complete, publish_folder
 from evosteer_core.infra.quiet import quiet_transformers
@@ -305,6 +306,46 @@ def lora_config(policy: PolicyConfig) -> LoraConfig:
     )
 
 
+def backbone_weights(model: PreTrainedModel) -> bytes:
+    """Every parameter of a backbone as safetensors bytes, keys sorted (a tied output
+    embedding once, under its input embedding's name): same weights → same bytes."""
+    params = dict(model.named_parameters())
+    return save_safetensors({k: params[k].detach().cpu().contiguous() for k in sorted(params)})
+
+
+def load_backbone_weights(model: PreTrainedModel, data: bytes) -> None:
+    """Overwrite a backbone's parameters with :func:`backbone_weights` bytes; the names must
+    be exactly its parameters' (else a clear error: weights of another architecture)."""
+    weights = load_safetensors(data)
+    expected = set(dict(model.named_parameters()))
+    if set(weights) != expected:
+        missing, extra = sorted(expected - set(weights)), sorted(set(weights) - expected)
+        raise ValueError(
+            f"backbone weights do not fit the backbone: missing {missing[:5]}, "
+            f"unexpected {extra[:5]}"
+        )
+    tied = set(model.state_dict()) - expected  # a tied head shares its embedding's tensor
+    result = model.load_state_dict(weights, strict=False)
+    if set(result.missing_keys) - tied or result.unexpected_keys:
+        raise ValueError(f"backbone weights left {sorted(result.missing_keys)[:5]} unset")
+
+
+def _init_weights(config: PolicyConfig, store: ArtifactStore | None) -> bytes | None:
+    """The warm-start weights ``policy.init`` names (docs/warm_start.md), read from ``store``;
+    None when the backbone keeps its own weights."""
+    init = config.init
+    if init is None:
+        return None
+    if init.ref is None:
+        raise ValueError(
+            "policy.init: the warm start has no weights yet (policy.init.ref is unset); the "
+            "train workflow fits them first (training.warm_start.stage_warm_start)"
+        )
+    if store is None:
+        raise ValueError("policy.init: loading warm-start weights needs the run's store")
+    return store.get_bytes(init.ref)
+
+
 def load_policy(
     config: PolicyConfig,
     *,
@@ -312,9 +353,12 @@ def load_policy(
     cache_dir: str | None = None,
     attn_implementation: str | None = None,
     reuse: bool = True,
+    store: ArtifactStore | None = None,
 ) -> Policy:
     """Load the backbone named by the ``policy`` config section and wrap it with a freshly
-    initialized LoRA adapter (``policy.lora``).
+    initialized LoRA adapter (``policy.lora``). With ``policy.init`` the backbone's weights
+    are the warm start's (``policy.init.ref``, read from ``store``), so ρ is the warm-started
+    reference and θ = warm base + LoRA.
 
     LoRA A is drawn from a seed derived from ``seed`` (the run seed); LoRA B starts at 0, so
     θ == ρ. The prompt limit is min(backbone context, ``policy.context_tokens``) minus
@@ -340,6 +384,7 @@ def load_policy(
         config.max_action_tokens,
         seed,
         _folder_stamp(source),
+        None if config.init is None or config.init.ref is None else config.init.ref.sha256,
     )
     kept = LOADED_BACKBONES.take(key, config) if reuse else None
     if kept is not None:
@@ -348,6 +393,9 @@ def load_policy(
         base = AutoModelForCausalLM.from_pretrained(
             source, dtype=DTYPES[config.dtype], attn_implementation=attn
         )
+    warm = _init_weights(config, store)
+    if warm is not None:
+        load_backbone_weights(base, warm)
     base.to(config.device)
     hf_tokenizer = AutoTokenizer.from_pretrained(source)
     context = int(getattr(base.config, "max_position_embeddings", 0) or 0)

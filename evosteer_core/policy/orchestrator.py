@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
+from evosteer_core.infra.artifacts import open_store
 from evosteer_core.infra.config import RunConfig
 from evosteer_core.policy.backbone import Policy, load_policy
 from evosteer_core.policy.sampling import sample_actions
@@ -87,5 +88,7 @@ class Orchestrator:
 
 
 def build_orchestrator(cfg: RunConfig) -> Orchestrator:
-    """Load the configured backbone with a fresh LoRA adapter (LoRA B = 0, so θ = ρ)."""
-    return Orchestrator(load_policy(cfg.policy, seed=cfg.train.seed))
+    """Load the configured backbone with a fresh LoRA adapter (LoRA B = 0, so θ = ρ); a
+    warm-started backbone (``policy.init``) reads its weights from the run's store."""
+    store = None if cfg.policy.init is None else open_store(cfg.store.root, cfg.store.s3_endpoint)
+    return Orchestrator(load_policy(cfg.policy, seed=cfg.train.seed, store=store))

@@ -75,7 +75,7 @@ def public_state(
     g = ep.graph
     state = {
         "family": ep.task.family,
-        "task": ep.task.public_prompt,
+        "task": ep.task.orchestrator_text,
         "roles": [r.role_id for r in ep.roles],
         "skill_menu": [{"id": s.skill_id, "name": s.name, "trigger": _trigger(s)} for s in ep.menu],
         "graph": {

@@ -21,7 +21,7 @@ median, pattern) singles out the gold; only the simulated verifiers and checks d
 
 from __future__ import annotations
 
-from evosteer_core.episode.records import FAMILIES, TaskRecord
+from evosteer_core.episode.records import FAMILIES, TaskRecord, sim_tag
 from evosteer_core.infra.seeding import numpy_rng
 
 SIM_SOURCE = "sim"
@@ -153,7 +153,7 @@ def make_sim_record(family: str, index: int, seed: int, split: str) -> TaskRecor
     if not split or not split.replace("_", "").isalnum():
         raise ValueError(f"make_sim_record: split must be a non-empty identifier, got {split!r}")
     rng = numpy_rng(seed, "sim-suite", split, family, index)
-    tag = f"[sim {family} {split} #{index}]"
+    tag = sim_tag(family, split, index)
     difficulty = round(float(rng.random()), 4)
     record_id = f"sim-{family}-{split}-{index:05d}"
     if family == "alfworld":

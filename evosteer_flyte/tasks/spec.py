@@ -59,7 +59,7 @@ class SpecMismatchError(ValueError):
 def load(spec: RunSpec, config_yaml: str) -> tuple[RunConfig, StepStore]:
     """The config and the run's store, both checked against the spec: the config must hash to
     the spec's hash and its store must be the spec's store (else the cache key and the work
-    would describe different runs)."""
+    would describe different runs); a warm start's weights must be in that store."""
     cfg = config_from_dict(parse_yaml(config_yaml, "<config_yaml>"), "<config_yaml>")
     if config_hash(cfg) != spec.config_hash:
         raise SpecMismatchError(
@@ -72,6 +72,8 @@ def load(spec: RunSpec, config_yaml: str) -> tuple[RunConfig, StepStore]:
             f"store {redact_url(store.root)} has id {found}, the run spec says "
             f"{spec.store_id}: config_yaml names another store than the run was keyed on"
         )
+    if cfg.policy.init is not None and cfg.policy.init.ref is not None:
+        require_stored(store, {"policy.init.ref": cfg.policy.init.ref}, "warm start")
     return cfg, StepStore(store)
 
 

@@ -33,6 +33,10 @@ DECK_EVERY = 10
 the plots read every step so far from the store, so drawing them at every step would cost a
 long run's store reads quadratically."""
 LOCAL_EXECUTION = ("local", "local", "local")
+WARM_START_ENTRY = "warm_start"
+"""Run-index name (step 0) of the warm-started backbone's weights (docs/warm_start.md)."""
+WARM_START_TAG = "sha256.warm_start"
+"""MLflow tag of the warm start's sha256 (its spec is logged with the config's params)."""
 """flytekit's placeholder execution id in a local (in-process) execution."""
 
 
@@ -63,7 +67,10 @@ def start_tracking(spec: RunSpec, config_yaml: str, workflow: str) -> str:
     if not cfg.tracking.enabled:
         return ""
     resume = workflow in ("train", "experiment")
-    return open_run(cfg, spec.run_id, workflow, _execution_id(), resume).run_id
+    tracker = open_run(cfg, spec.run_id, workflow, _execution_id(), resume)
+    if cfg.policy.init is not None and cfg.policy.init.ref is not None:
+        tracker.set_tags({WARM_START_TAG: cfg.policy.init.ref.sha256})
+    return tracker.run_id
 
 
 @task(**LIGHT_TASK)
@@ -72,14 +79,18 @@ def record_init(
     spec: RunSpec, config_yaml: str, state: ArtifactRef, mlflow_run: str = ""
 ) -> ArtifactRef:
     """Record the config (``runs.record_config``: redacted, replaced on every execution), this
-    execution's code and MLflow run (``runs.record_provenance``) and the step-0 state in the
-    run index; pass the state on."""
+    execution's code and MLflow run (``runs.record_provenance``), the step-0 state and, with
+    ``policy.init``, the warm-started weights (:data:`WARM_START_ENTRY`) in the run index;
+    pass the state on."""
     cfg, io = load(spec, config_yaml)
     require_stored(io.store, {"state": state}, "init_run")
     record_config(io.store, spec.run_id, cfg)
     tracker = _tracker(config_yaml, spec, mlflow_run)
     record_provenance(io.store, spec.run_id, tracker.location() if tracker else None)
-    RunIndex(io.store, spec.run_id).record(0, "state", state)
+    index = RunIndex(io.store, spec.run_id)
+    index.record(0, "state", state)
+    if cfg.policy.init is not None and cfg.policy.init.ref is not None:
+        index.record(0, WARM_START_ENTRY, cfg.policy.init.ref)
     return state
 
 

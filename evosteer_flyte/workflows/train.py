@@ -1,7 +1,9 @@
 """The train workflow: ``steps`` training steps unrolled as chunks of dynamic sub-workflows.
 
-``train`` (a ``@dynamic``) runs ``init_run``, opens the MLflow run, then one ``train_chunk``
-(also a ``@dynamic``) per :data:`CHUNK_STEPS` steps. Every stage task is cached, so re-running a
+``train`` (a ``@dynamic``) stages the data and, with ``policy.init``, runs the cached
+``warm_start`` task (docs/warm_start.md); ``train_run`` (also a ``@dynamic``, so the warm
+start's ref is a value there and goes into the config) runs ``init_run``, opens the MLflow
+run, then one ``train_chunk`` (a ``@dynamic`` too) per :data:`CHUNK_STEPS` steps. Every stage task is cached, so re-running a
 finished, crashed or extended run executes only what is missing: that is resume. Locally one
 rollout task runs all records; remotely (``rollout_shards`` > 1) rollouts fan out with
 ``map_task`` over record shards. Benchmark files are read once, here, and passed on as task
@@ -16,10 +18,11 @@ import typing
 from flytekit import dynamic, map_task
 
 from evosteer_core.episode.world import load_records, stage_data
-from evosteer_core.infra.artifacts import ArtifactRef
+from evosteer_core.infra.artifacts import ArtifactRef, open_store, store_id
 from evosteer_core.infra.config import config_from_dict
 from evosteer_core.infra.configio import parse_yaml
 from evosteer_core.pipeline.stage_io import STAGES
+from evosteer_core.training.warm_start import warm_start_key, with_warm_start
 from evosteer_flyte.tasks.errors import infrastructure_is_recoverable
 from evosteer_flyte.tasks.resources import CPU_IMAGE, LIGHT_RESOURCES, RETRIES
 from evosteer_flyte.tasks.spec import RunSpec, make_spec
@@ -30,6 +33,7 @@ from evosteer_flyte.tasks.tracking_tasks import (
     record_step,
     start_tracking,
 )
+from evosteer_flyte.tasks.warm_start import warm_start
 
 MAX_NODES_PER_DYNAMIC = 50
 """flytekit's guidance for one dynamic workflow's node count."""
@@ -96,12 +100,35 @@ def train_chunk(
 )
 @infrastructure_is_recoverable()
 def train(config_yaml: str, steps: int = 0, rollout_shards: int = 1) -> TrainOutputs:
-    """Train for ``steps`` steps (0 = the config's ``train.steps``)."""
+    """Train for ``steps`` steps (0 = the config's ``train.steps``); with ``policy.init`` the
+    cached ``warm_start`` task fits the reference prior first."""
     source = "<config_yaml>"
     overrides = {"train.steps": steps} if steps else None
     cfg = stage_data(config_from_dict(parse_yaml(config_yaml, source), source, overrides))
     load_records(cfg)  # every slice is checked before a run is opened or a step runs
     config_yaml = cfg.to_yaml()
+    warm = None
+    if cfg.policy.init is not None and cfg.policy.init.ref is None:
+        store = store_id(open_store(cfg.store.root, cfg.store.s3_endpoint))
+        warm = warm_start(key=warm_start_key(cfg), store=store, config_yaml=config_yaml)
+    return train_run(config_yaml=config_yaml, warm=warm, rollout_shards=rollout_shards)
+
+
+@dynamic(
+    container_image=CPU_IMAGE, requests=LIGHT_RESOURCES, limits=LIGHT_RESOURCES, retries=RETRIES
+)
+@infrastructure_is_recoverable()
+def train_run(
+    config_yaml: str,
+    warm: ArtifactRef | None,
+    rollout_shards: int,
+) -> TrainOutputs:
+    """The run of a staged config (``warm``: the warm start's weights, which go into
+    ``policy.init.ref``): init, tracking, then the chunks of steps."""
+    cfg = config_from_dict(parse_yaml(config_yaml, "<config_yaml>"), "<config_yaml>")
+    if warm is not None:
+        cfg = with_warm_start(cfg, warm)
+        config_yaml = cfg.to_yaml()
     spec = make_spec(cfg)
     mlflow_run = start_tracking(spec=spec, config_yaml=config_yaml, workflow="train")
     state = record_init(

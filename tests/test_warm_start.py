@@ -1,0 +1,185 @@
+"""The warm start of the reference (policy.init, docs/warm_start.md): it never sees held-out
+records, it is deterministic, the Flyte task is cached, the run's sessions load its weights
+(θ = warm base + a zero LoRA), the config hashes its spec and not its ref, and what the policy
+sees of a task never names its record or split."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+import torch
+from pipeline_support import isolate_flyte_cache
+from safetensors.torch import load as load_safetensors
+
+from evosteer_core.benchmarks.rewards import evaluate
+from evosteer_core.episode.records import FAMILIES
+from evosteer_core.episode.roles import default_catalogue
+from evosteer_core.episode.runtime import Episode
+from evosteer_core.infra.artifacts import LocalStore, canonical_json, store_id
+from evosteer_core.infra.config import load_config
+from evosteer_core.infra.configio import ConfigError
+from evosteer_core.infra.runs import config_hash
+from evosteer_core.policy.render import RENDERERS, public_state
+from evosteer_core.sim import SimExecutor, make_sim_suite
+from evosteer_core.sim import suite as sim_suite
+from evosteer_core.training import warm_start as ws
+from evosteer_core.training.session import init_state, open_session
+
+SPEC = {"kind": "sft", "tasks_per_family": 1, "candidates": 3, "replays": 1, "epochs": 1}
+"""A warm start small enough for a test (6 tasks, a few dozen decisions)."""
+
+SMALL = {
+    "sim.n_train_per_family": 3,
+    "sim.n_heldout_per_family": 2,
+    "budget.max_actions": 6,
+    "skills.enabled": False,
+}
+
+
+def _cfg(tmp_path, **extra):
+    return load_config(
+        None, {**SMALL, "store.root": str(tmp_path / "runs"), "policy.init": SPEC, **extra}
+    )
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    torch.set_num_threads(1)
+
+
+def test_the_warm_start_never_loads_or_runs_a_held_out_record(tmp_path, monkeypatch):
+    """Sentinel: building any split but ``train`` fails, and every episode the warm start
+    opens is a training record's; its demonstrations name training records only."""
+    made, opened = [], []
+    original = sim_suite.make_sim_suite
+
+    def train_only(n, seed, split):
+        made.append(split)
+        assert split == "train", f"the warm start built the {split!r} split"
+        return original(n, seed, split)
+
+    init = Episode.__init__
+
+    def watched(self, task, *args, **kwargs):
+        opened.append(task.record_id)
+        init(self, task, *args, **kwargs)
+
+    monkeypatch.setattr(sim_suite, "make_sim_suite", train_only)
+    monkeypatch.setattr(Episode, "__init__", watched)
+    cfg = _cfg(tmp_path)
+    weights, summary = ws.warm_start_weights(cfg)
+    train_ids = {r.record_id for r in original(3, 0, "train")}
+    assert made == ["train"] and opened and set(opened) <= train_ids
+    assert all("-train-" in r for r in opened)
+    assert summary["tasks"] == len(FAMILIES) and summary["decisions"] > 0
+    assert weights
+
+
+def test_the_held_out_split_does_not_change_the_weights(tmp_path):
+    """Black box: other held-out records (count, seed of the split) give the same bytes."""
+    a, _ = ws.warm_start_weights(_cfg(tmp_path))
+    b, _ = ws.warm_start_weights(_cfg(tmp_path, **{"sim.n_heldout_per_family": 5}))
+    assert hashlib.sha256(a).hexdigest() == hashlib.sha256(b).hexdigest()
+
+
+def test_the_same_spec_gives_the_same_sha256_and_another_seed_other_weights(tmp_path):
+    cfg = _cfg(tmp_path)
+    store = LocalStore(tmp_path / "runs")
+    first, _ = ws.store_warm_start(cfg, store)
+    again, _ = ws.store_warm_start(cfg, store)
+    assert first == again
+    other = _cfg(tmp_path, **{"policy.init": {**SPEC, "seed": 1}})
+    assert ws.store_warm_start(other, store)[0].sha256 != first.sha256
+
+
+def test_a_session_loads_the_warm_weights_as_rho_and_theta_starts_equal(tmp_path):
+    cfg = ws.stage_warm_start(_cfg(tmp_path))
+    assert cfg.policy.init.ref is not None
+    session = open_session(cfg, init_state(cfg))
+    base = dict(session.policy.policy.model.get_base_model().named_parameters())
+    stored = load_safetensors(LocalStore(tmp_path / "runs").get_bytes(cfg.policy.init.ref))
+    fresh = load_config(None, {**SMALL, "store.root": str(tmp_path / "runs")})
+    plain_model = open_session(fresh, init_state(fresh)).policy.policy.model
+    plain = dict(plain_model.get_base_model().named_parameters())
+    for name in ("model.embed_tokens.weight", "model.layers.1.mlp.down_proj.weight"):
+        assert torch.equal(base[name], stored[name])
+        assert not torch.equal(plain[name], stored[name])  # the fit moved it
+    q = "model.layers.0.self_attn.q_proj"
+    assert torch.equal(base[f"{q}.base_layer.weight"], stored[f"{q}.weight"])
+    record = make_sim_suite(1, 0, "train")[0]
+    ep = Episode(record, default_catalogue(), cfg.budget, SimExecutor(), evaluate)
+    prompt = session.policy.policy.render(public_state(ep, 0.5, None))
+    legal = [a.to_json() for a in ep.legal_actions()]
+    theta = session.policy.score([prompt], legal[:1], [legal], use_adapter=True)
+    rho = session.policy.score([prompt], legal[:1], [legal], use_adapter=False)
+    assert torch.equal(theta, rho)  # LoRA B = 0: θ = warm base + zero adapter
+
+
+def test_the_warm_start_task_is_cached(tmp_path, monkeypatch):
+    from evosteer_flyte.tasks import warm_start as task_module
+
+    isolate_flyte_cache(monkeypatch, tmp_path / "home")
+    calls = []
+    original = task_module.store_warm_start
+
+    def counted(cfg, store):
+        calls.append(1)
+        return original(cfg, store)
+
+    monkeypatch.setattr(task_module, "store_warm_start", counted)
+    cfg = _cfg(tmp_path)
+    sid = store_id(LocalStore(tmp_path / "runs"))
+    key = ws.warm_start_key(cfg)
+    first = task_module.warm_start(key=key, store=sid, config_yaml=cfg.to_yaml())
+    second = task_module.warm_start(key=key, store=sid, config_yaml=cfg.to_yaml())
+    assert first == second and len(calls) == 1
+    trained_differently = _cfg(tmp_path, **{"train.actor.lr": 0.5})
+    assert ws.warm_start_key(trained_differently) == key  # the fit does not depend on it
+
+
+def test_the_hash_holds_the_spec_not_the_ref_and_none_keeps_old_run_ids(tmp_path):
+    cfg = _cfg(tmp_path)
+    assert config_hash(cfg) != config_hash(_cfg(tmp_path, **{"policy.init": {**SPEC, "lr": 0.1}}))
+    ref = LocalStore(tmp_path / "runs").put_bytes(b"weights")
+    assert config_hash(ws.with_warm_start(cfg, ref)) == config_hash(cfg)
+    # without the key a config hashes as configs did before the key existed
+    plain = load_config(None, {"store.root": str(tmp_path)})
+    data = plain.public_dict()
+    assert data["policy"].pop("init") is None
+    data = {k: v for k, v in data.items() if k not in ("name", "store", "tracking", "images")}
+    data["train"].pop("steps")
+    assert config_hash(plain) == hashlib.sha256(canonical_json(data)).hexdigest()
+
+
+def test_a_bad_warm_start_spec_is_one_line_naming_the_key(tmp_path):
+    with pytest.raises(ConfigError, match=r"policy\.init\.keep: must be <= candidates"):
+        _cfg(tmp_path, **{"policy.init": {**SPEC, "keep": 9}})
+    with pytest.raises(ConfigError, match=r"policy\.init\.kind"):
+        _cfg(tmp_path, **{"policy.init": {**SPEC, "kind": "rl"}})
+
+
+def test_a_session_without_the_fitted_weights_says_what_to_do(tmp_path):
+    cfg = _cfg(tmp_path)
+    with pytest.raises(ValueError, match=r"policy\.init\.ref is unset"):
+        init_state(cfg)
+
+
+@pytest.mark.parametrize("renderer", sorted(RENDERERS))
+def test_the_policy_never_sees_a_record_id_index_or_split(renderer):
+    """What a real orchestrator sees: the family and the task's text, never the simulated
+    suite's bookkeeping (record id, ``[sim <family> <split> #<index>]`` tag)."""
+    for split in ("train", "heldout"):
+        for record in make_sim_suite(2, 0, split):
+            ep = Episode(record, default_catalogue(), SMALL_LIMITS, SimExecutor(), evaluate)
+            while not ep.stopped:
+                text = RENDERERS[renderer](public_state(ep, 0.5, 0.0))
+                assert record.record_id not in text
+                assert "[sim " not in text and f"{split} #" not in text
+                if renderer != "compact_no_task":
+                    task_head = record.prompt.split("] ", 1)[1][:30]
+                    assert task_head in text  # the task's own text is shown
+                ep.apply(ep.legal_actions()[0])
+
+
+SMALL_LIMITS = load_config(None, {"budget.max_actions": 4}).budget
