@@ -183,3 +183,12 @@ def test_the_policy_never_sees_a_record_id_index_or_split(renderer):
 
 
 SMALL_LIMITS = load_config(None, {"budget.max_actions": 4}).budget
+
+
+def test_the_in_process_path_finds_the_stored_weights_again(tmp_path, monkeypatch):
+    calls = []
+    original = ws.store_warm_start
+    monkeypatch.setattr(ws, "store_warm_start", lambda c, s: calls.append(1) or original(c, s))
+    first = ws.stage_warm_start(_cfg(tmp_path))
+    again = ws.stage_warm_start(_cfg(tmp_path))
+    assert first == again and len(calls) == 1

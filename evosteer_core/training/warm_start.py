@@ -24,6 +24,8 @@ the run's config carries as ``policy.init.ref``; ``policy.backbone.load_policy``
 from __future__ import annotations
 
 import hashlib
+import json
+import logging
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -35,7 +37,13 @@ from evosteer_core.episode.features import execution_features
 from evosteer_core.episode.records import FAMILIES, TaskRecord
 from evosteer_core.episode.runtime import DecisionCharge, Episode, replay_open_loop
 from evosteer_core.episode.world import World, load_split, world_for
-from evosteer_core.infra.artifacts import ArtifactRef, ArtifactStore, canonical_json, open_store
+from evosteer_core.infra.artifacts import (
+    ArtifactRef,
+    ArtifactStore,
+    MissingArtifactError,
+    canonical_json,
+    open_store,
+)
 from evosteer_core.infra.config import RunConfig, WarmStartConfig
 from evosteer_core.infra.runs import slice_identity
 from evosteer_core.infra.seeding import derive_seed, numpy_rng
@@ -44,6 +52,8 @@ from evosteer_core.policy.render import public_state, render
 from evosteer_core.policy.scoring import score_actions
 from evosteer_core.sim.executor import SimExecutor
 from evosteer_core.training.heads import ValueHead
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -270,11 +280,28 @@ def store_warm_start(cfg: RunConfig, store: ArtifactStore) -> tuple[ArtifactRef,
     return store.put_bytes(weights, "warm_start.safetensors"), summary
 
 
+def warm_start_entry(key: str) -> str:
+    """Store entry of the in-process path's cache: the ref of the weights of warm-start key
+    ``key`` (:func:`warm_start_key`), as the Flyte task's cache keeps its output."""
+    return f"index/warm_start/{key}.json"
+
+
 def stage_warm_start(cfg: RunConfig) -> RunConfig:
-    """``cfg`` with its warm start fitted and stored (the in-process path; the train workflow
-    runs the cached ``warm_start`` task instead). A config without ``policy.init``, or whose
-    ref is set already, comes back unchanged."""
+    """``cfg`` with its warm start's weights in ``policy.init.ref``: found through the store's
+    :func:`warm_start_entry` of its key, else fitted, stored and entered (the in-process path;
+    the train workflow runs the cached ``warm_start`` task instead). A config without
+    ``policy.init``, or whose ref is set already, comes back unchanged."""
     if cfg.policy.init is None or cfg.policy.init.ref is not None:
         return cfg
-    ref, _ = store_warm_start(cfg, open_store(cfg.store.root, cfg.store.s3_endpoint))
+    store = open_store(cfg.store.root, cfg.store.s3_endpoint)
+    entry = warm_start_entry(warm_start_key(cfg))
+    try:
+        ref = ArtifactRef(**json.loads(store.read_entry(entry)))
+        if store.exists(ref):
+            return with_warm_start(cfg, ref)
+    except MissingArtifactError:
+        pass
+    ref, summary = store_warm_start(cfg, store)
+    log.info("warm start %s: %s", ref.sha256[:12], summary)
+    store.write_entry(entry, canonical_json({"uri": ref.uri, "sha256": ref.sha256}))
     return with_warm_start(cfg, ref)
