@@ -80,8 +80,10 @@ def test_the_warm_start_never_loads_or_runs_a_held_out_record(tmp_path, monkeypa
 def test_the_held_out_split_does_not_change_the_weights(tmp_path):
     """Black box: other held-out records (count, seed of the split) give the same bytes."""
     a, _ = ws.warm_start_weights(_cfg(tmp_path))
-    b, _ = ws.warm_start_weights(_cfg(tmp_path, **{"sim.n_heldout_per_family": 5}))
+    other = _cfg(tmp_path, **{"sim.n_heldout_per_family": 5})
+    b, _ = ws.warm_start_weights(other)
     assert hashlib.sha256(a).hexdigest() == hashlib.sha256(b).hexdigest()
+    assert ws.warm_start_key(other) == ws.warm_start_key(_cfg(tmp_path))  # one cached fit
 
 
 def test_the_same_spec_gives_the_same_sha256_and_another_seed_other_weights(tmp_path):

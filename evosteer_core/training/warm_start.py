@@ -256,14 +256,16 @@ WARM_START_SECTIONS = ("budget", "executor", "sim", "data", "reward")
 def warm_start_key(cfg: RunConfig) -> str:
     """sha256 of what the warm start's weights are a function of: the ``policy`` section (its
     ``init`` spec without the ref), the world's sections (:data:`WARM_START_SECTIONS`, staged
-    benchmark slices by their tables' sha256) and the run seed (the tiny backbone's draw and
-    the value head shown in prompts). The cache key of the warm-start task."""
+    benchmark slices by their tables' sha256) but the held-out split's, and the run seed (the
+    tiny backbone's draw and the value head shown in prompts). The cache key of the
+    warm-start task."""
     data = cfg.public_dict()
     policy = dict(data["policy"])
     policy["init"] = {k: v for k, v in (policy["init"] or {}).items() if k != "ref"}
     key = {name: data[name] for name in WARM_START_SECTIONS}
-    for split in ("train", "heldout"):
-        key["data"][split] = [slice_identity(sl) for sl in key["data"][split]]
+    key["sim"].pop("n_heldout_per_family")  # the held-out split is never loaded
+    key["data"]["train"] = [slice_identity(sl) for sl in key["data"]["train"]]
+    key["data"].pop("heldout")
     key |= {"policy": policy, "seed": cfg.train.seed}
     return hashlib.sha256(canonical_json(key)).hexdigest()
 
