@@ -30,7 +30,7 @@ from safetensors.torch import load as load_safetensors
 from safetensors.torch import save as save_safetensors
 from transformers import AutoModelForCausalLM, AutoTokenizer, Cache, LlamaConfig, PreTrainedModel
 
-from evosteer_core.infra.artifacts import ArtifactStore
+from evosteer_core.infra.artifacts import ArtifactRef, ArtifactStore
 from evosteer_core.infra.config import PolicyConfig
 from evosteer_core.infra.model_cache import is_complete, publish_folder
 from evosteer_core.infra.quiet import quiet_transformers
@@ -330,9 +330,9 @@ def load_backbone_weights(model: PreTrainedModel, data: bytes) -> None:
         raise ValueError(f"backbone weights left {sorted(result.missing_keys)[:5]} unset")
 
 
-def _init_weights(config: PolicyConfig, store: ArtifactStore | None) -> bytes | None:
-    """The warm-start weights ``policy.init`` names (docs/warm_start.md), read from ``store``;
-    None when the backbone keeps its own weights."""
+def _init_ref(config: PolicyConfig, store: ArtifactStore | None) -> ArtifactRef | None:
+    """The stored warm-start weights ``policy.init`` names (docs/warm_start.md); None when the
+    backbone keeps its own weights. Fails in one line when they cannot be read."""
     init = config.init
     if init is None:
         return None
@@ -343,7 +343,7 @@ def _init_weights(config: PolicyConfig, store: ArtifactStore | None) -> bytes | 
         )
     if store is None:
         raise ValueError("policy.init: loading warm-start weights needs the run's store")
-    return store.get_bytes(init.ref)
+    return init.ref
 
 
 def load_policy(
@@ -368,6 +368,7 @@ def load_policy(
     With ``reuse`` a backbone loaded earlier in this process under the same key and no longer
     in use is handed out again (:data:`LOADED_BACKBONES`), bitwise as a fresh load would be.
     """
+    warm = _init_ref(config, store)
     source = resolve_backbone(config, seed, cache_dir)
     attn = attn_implementation or ("eager" if config.device.startswith("cuda") else "sdpa")
     lc = config.lora
@@ -384,7 +385,7 @@ def load_policy(
         config.max_action_tokens,
         seed,
         _folder_stamp(source),
-        None if config.init is None or config.init.ref is None else config.init.ref.sha256,
+        None if warm is None else warm.sha256,
     )
     kept = LOADED_BACKBONES.take(key, config) if reuse else None
     if kept is not None:
@@ -393,9 +394,9 @@ def load_policy(
         base = AutoModelForCausalLM.from_pretrained(
             source, dtype=DTYPES[config.dtype], attn_implementation=attn
         )
-    warm = _init_weights(config, store)
     if warm is not None:
-        load_backbone_weights(base, warm)
+        assert store is not None  # _init_ref checked it
+        load_backbone_weights(base, store.get_bytes(warm))
     base.to(config.device)
     hf_tokenizer = AutoTokenizer.from_pretrained(source)
     context = int(getattr(base.config, "max_position_embeddings", 0) or 0)
