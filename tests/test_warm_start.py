@@ -207,7 +207,7 @@ def test_rho_with_the_warm_start_beats_the_random_init_rho_on_held_out_tasks(tmp
 
     path = Path(__file__).resolve().parents[1] / "configs" / "table2-sim.yaml"
     over = {"store.root": str(tmp_path / "runs"), "sim.n_heldout_per_family": 8}
-    over |= {"skills.enabled": False}
+    over |= {"skills.enabled": False, "policy.init": {"kind": "sft"}}
     warm_cfg = ws.stage_warm_start(load_config(path, over))
     plain_cfg = load_config(path, {**over, "policy.init": None})
     scores = {}
