@@ -1,12 +1,12 @@
 """The warm-start task: fit and store the reference prior of ``policy.init`` (docs/warm_start.md).
 
-Cached on the warm start's own key (``training.warm_start.warm_start_key``: the policy
-section, the world's sections and the run seed, not the training hyper-parameters) and the
-store's identity, so runs that differ only in how they train share one fit. The config text is
+A GPU task like the policy's stage passes (``step_tasks.GPU_TASK``), cached on the warm start's
+own key (``training.warm_start.warm_start_key``: the policy section, the world's sections but
+the held-out split, and the run seed, not the training hyper-parameters) and the store's id, so runs that differ only in how they train share one fit. The config text is
 an ignored input; the task checks that it hashes to the key and names the keyed store.
 """
 
-from flytekit import Cache, task
+from flytekit import task
 
 from evosteer_core.infra.artifacts import ArtifactRef, open_store, store_id
 from evosteer_core.infra.config import config_from_dict
@@ -14,24 +14,11 @@ from evosteer_core.infra.configio import parse_yaml
 from evosteer_core.infra.redact import redact_url
 from evosteer_core.training.warm_start import store_warm_start, warm_start_key
 from evosteer_flyte.tasks.errors import infrastructure_is_recoverable
-from evosteer_flyte.tasks.resources import (
-    CACHE_VERSION,
-    GPU_ACCELERATOR,
-    GPU_IMAGE,
-    GPU_RESOURCES,
-    RETRIES,
-)
 from evosteer_flyte.tasks.spec import SpecMismatchError
+from evosteer_flyte.tasks.step_tasks import GPU_TASK
 
 
-@task(
-    cache=Cache(version=CACHE_VERSION, ignored_inputs=("config_yaml",)),
-    retries=RETRIES,
-    container_image=GPU_IMAGE,
-    requests=GPU_RESOURCES,
-    limits=GPU_RESOURCES,
-    accelerator=GPU_ACCELERATOR,
-)
+@task(**GPU_TASK)
 @infrastructure_is_recoverable()
 def warm_start(key: str, store: str, config_yaml: str) -> ArtifactRef:
     """The warm-started backbone's weights in the run's store (``store``: its id)."""
