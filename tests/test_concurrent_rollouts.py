@@ -12,15 +12,21 @@ The circuit breaker's round counts outcomes in episode order, whatever order the
 from __future__ import annotations
 
 import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import textwrap
 import threading
 import time
+from functools import partial
 from pathlib import Path
 
 import pandas as pd
 import pytest
 from json_server import JSONServer
 
-from evosteer_core.episode.rollout import EpisodePlan, collect_rollouts
+from evosteer_core.episode.rollout import EpisodePlan, collect_rollouts, run_concurrently
 from evosteer_core.executors.base import NodeRequest, NodeResult
 from evosteer_core.executors.breaker import CircuitBreaker
 from evosteer_core.infra.config import load_config
@@ -187,3 +193,46 @@ def test_outside_a_round_outcomes_count_as_they_come():
     assert breaker.consecutive == 1
     breaker.run_node(_request("f"))
     assert breaker.open
+
+
+def test_run_concurrently_keeps_call_order_and_raises_the_first_error():
+    def slow(k: int) -> int:
+        time.sleep(0.02 * (5 - k))
+        return k * k
+
+    assert run_concurrently([partial(slow, k) for k in range(5)], 3) == [0, 1, 4, 9, 16]
+
+    def fail(k: int) -> None:
+        time.sleep(0.05 if k == 1 else 0.0)
+        raise ValueError(f"call {k}")
+
+    with pytest.raises(ValueError, match="call 1"):
+        run_concurrently([partial(slow, 0), partial(fail, 1), partial(fail, 2)], 3)
+
+
+def test_a_stopped_run_does_not_wait_for_the_calls_in_flight():
+    """SIGTERM while node calls hang: the process exits at once (a thread pool would join
+    its workers first, for as long as the calls take)."""
+    code = textwrap.dedent(
+        """
+        import signal, sys, time
+        from evosteer_core.episode.rollout import run_concurrently
+        signal.signal(signal.SIGTERM, lambda *a: sys.exit(3))
+        print("ready", flush=True)
+        run_concurrently([lambda: time.sleep(60)] * 2, 2)
+        """
+    )
+    root = Path(__file__).parent.parent
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": str(root)},
+    )
+    assert proc.stdout.readline().strip() == "ready"
+    time.sleep(0.5)
+    started = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 3
+    assert time.monotonic() - started < 10

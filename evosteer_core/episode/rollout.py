@@ -26,12 +26,12 @@ would be stored and cached (docs/reliability.md, "Executor outages").
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import nullcontext
 from dataclasses import dataclass
+from functools import partial
 
 import pandas as pd
 import torch
@@ -129,6 +129,40 @@ class RolloutContext:
     (``executor.concurrency``); 1: one after another."""
 
 
+def run_concurrently(calls: Sequence[Callable[[], object]], workers: int) -> list[object]:
+    """Run ``calls`` on up to ``workers`` threads; return their results in order, or raise
+    the first call's exception (in call order) once all have ended.
+
+    The threads are daemons: a run stopped while node calls are in flight (Ctrl-C, SIGTERM)
+    exits without waiting for their replies, and its exit stops a managed server, which ends
+    them (a pool's threads would be joined first, for up to the executor's timeouts)."""
+    results: list[object] = [None] * len(calls)
+    errors: list[BaseException | None] = [None] * len(calls)
+    todo = iter(range(len(calls)))
+    lock = threading.Lock()
+
+    def work() -> None:
+        while True:
+            with lock:
+                k = next(todo, None)
+            if k is None:
+                return
+            try:
+                results[k] = calls[k]()
+            except BaseException as exc:  # re-raised in the calling thread
+                errors[k] = exc
+
+    threads = [threading.Thread(target=work, daemon=True) for _ in range(min(workers, len(calls)))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for exc in errors:
+        if exc is not None:
+            raise exc
+    return results
+
+
 def _values(head: ValueHead, feats: list[list[float]], families: list[str]) -> list[float]:
     with torch.no_grad():
         f = torch.tensor(feats, dtype=torch.float32)
@@ -189,8 +223,7 @@ def run_rollouts(
         raise ValueError("a policy rollout needs the value-head snapshot (ctx.value_head)")
     breaker = CircuitBreaker(ctx.executor, ctx.max_consecutive_failures)
     episodes = open_episodes(plans, ctx, breaker)
-    with ThreadPoolExecutor(ctx.concurrency) if ctx.concurrency > 1 else nullcontext() as pool:
-        rows = _run_rounds(policy, plans, episodes, ctx, breaker, pool)
+    rows = _run_rounds(policy, plans, episodes, ctx, breaker)
     trajectories = pd.DataFrame(
         [
             _trajectory_row(p, ep, ctx.step, n)
@@ -221,11 +254,10 @@ def _run_rounds(
     episodes: Sequence[Episode],
     ctx: RolloutContext,
     breaker: CircuitBreaker,
-    pool: ThreadPoolExecutor | None,
 ) -> _Rounds:
     """Decide for every pending episode at once, then apply the round's actions: one after
-    another, or with a pool each episode's action (and its node execution) in its own thread,
-    the breaker counting the round's outcomes in episode order."""
+    another, or (``ctx.concurrency`` > 1) each episode's action and its node execution on
+    its own worker thread, the breaker counting the round's outcomes in episode order."""
     prev_value: list[float | None] = [None] * len(plans)
     timeouts = [0] * len(plans)
     rows: list[dict] = []
@@ -259,17 +291,16 @@ def _run_rounds(
             )
         _choose(policy, decisions, plans, episodes, ctx)
         # legal on the state the decision saw; charged before the action executes
-        if pool is None:
-            for d in decisions:
-                episodes[d["i"]].apply(Action.from_json(d["action"]), d["charge"])
+        applies = [
+            partial(episodes[d["i"]].apply, Action.from_json(d["action"]), d["charge"])
+            for d in decisions
+        ]
+        if ctx.concurrency == 1:
+            for apply in applies:
+                apply()
         else:
             with breaker.round():
-                applied = [
-                    pool.submit(episodes[d["i"]].apply, Action.from_json(d["action"]), d["charge"])
-                    for d in decisions
-                ]
-                for future in applied:
-                    future.result()
+                run_concurrently(applies, ctx.concurrency)
         for d in decisions:
             ep = episodes[d["i"]]
             del d["charge"]

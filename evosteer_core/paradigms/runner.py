@@ -5,11 +5,17 @@ so rows of one evaluation are paired; docs/paradigms.md)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 
 import pandas as pd
 
-from evosteer_core.episode.rollout import EpisodePlan, RolloutContext, check_health, open_episodes
+from evosteer_core.episode.rollout import (
+    EpisodePlan,
+    RolloutContext,
+    check_health,
+    open_episodes,
+    run_concurrently,
+)
 from evosteer_core.episode.runtime import Episode, Evaluator
 from evosteer_core.episode.world import World
 from evosteer_core.executors.breaker import CircuitBreaker
@@ -49,9 +55,8 @@ def run_paradigm(
     breaker = CircuitBreaker(ctx.executor, ctx.max_consecutive_failures)
     episodes = open_episodes(plans, ctx, breaker)
     if ctx.concurrency > 1:
-        with ThreadPoolExecutor(ctx.concurrency) as pool, breaker.round():
-            for done in [pool.submit(paradigm.run, ep) for ep in episodes]:
-                done.result()
+        with breaker.round():
+            run_concurrently([partial(paradigm.run, ep) for ep in episodes], ctx.concurrency)
     else:
         for ep in episodes:
             paradigm.run(ep)
