@@ -1,10 +1,14 @@
-"""The ``evosteer`` command: train, evaluate, experiment, replay, report.
+"""The ``evosteer`` command: train, estimate, stage-data, evaluate, experiment, replay, report.
 
 ``train`` and ``evaluate`` run the Flyte workflows in-process (flytekit local execution, with
-its task cache: re-running resumes); ``replay`` recomputes one step and compares it artifact by
-artifact; ``report`` writes an HTML report. Contract relied on by scripts and auditors:
+its task cache: re-running resumes); ``estimate`` prints what a train would use and cost;
+``stage-data`` stores a config's benchmark files and writes the config naming them by ref;
+``replay`` recomputes one step and compares it artifact by artifact; ``report`` writes an
+HTML report. Contract relied on by scripts and auditors:
 
-* ``evosteer train --config FILE [--steps N] [--run-dir DIR]`` prints the run id on its last line;
+* ``evosteer train --config FILE [--steps N] [--run-dir DIR]`` prints the run id on its last
+  line; stopped by its run budget (``budget.run_cost``) it prints one line saying so and how
+  to continue, and exits 3;
 * ``evosteer replay --run-dir DIR --run RUN --step K`` exits 0 iff every artifact of step K is
   identical, 1 when one differs (naming each differing artifact), 2 when it cannot replay;
 * a command that fails prints one line ``evosteer <command>: <what failed>`` on stderr
@@ -34,11 +38,17 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from evosteer_core.infra.artifacts import ArtifactRef, ArtifactStore, RunIndex, open_store
-from evosteer_core.infra.config import RunConfig, config_from_dict, load_config
+from evosteer_core.infra.config import DEFAULT_PRESET, RunConfig, config_from_dict, load_config
 from evosteer_core.infra.configio import ConfigError, InputError, parse_override
 from evosteer_core.infra.locks import run_lock, run_log_path
 from evosteer_core.infra.runs import run_config, run_id_for
 from evosteer_core.infra.tracking import closing_on_failure
+from evosteer_core.pipeline.costs import (
+    RunBudgetReached,
+    estimate,
+    estimate_lines,
+    require_priced,
+)
 from evosteer_flyte.console import (
     StepProgress,
     cause_chain,
@@ -53,11 +63,22 @@ class UsageError(InputError):
     ``--set``); the message names the option."""
 
 
+BUDGET_STOP_EXIT = 3
+"""``train`` stopped at a step boundary by ``budget.run_cost`` (resumable)."""
+
+
+def _budget_stop(exc: BaseException) -> RunBudgetReached | None:
+    return next((e for e in cause_chain(exc) if isinstance(e, RunBudgetReached)), None)
+
+
 def exit_status(command: str, exc: BaseException) -> int:
     """2 for a usage or input error (an :class:`InputError` anywhere in the cause chain) and
-    for any failure of ``replay`` (whose 1 means "an artifact differs"); else 1."""
+    for any failure of ``replay`` (whose 1 means "an artifact differs"); 3 for a train stopped
+    by its run budget; else 1."""
     if any(isinstance(seen, InputError) for seen in cause_chain(exc)):
         return 2
+    if _budget_stop(exc) is not None:
+        return BUDGET_STOP_EXIT
     return 2 if command == "replay" else 1
 
 
@@ -74,7 +95,7 @@ def _overrides(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, str]
         values[key], origins[key] = value, f"--set {text}"
     if getattr(args, "steps", None) is not None:
         values["train.steps"], origins["train.steps"] = args.steps, f"--steps {args.steps}"
-    if getattr(args, "run_dir", None) and args.command == "train":
+    if getattr(args, "run_dir", None) and args.command in ("train", "estimate", "stage-data"):
         values["store.root"], origins["store.root"] = args.run_dir, f"--run-dir {args.run_dir}"
     return values, origins
 
@@ -103,6 +124,11 @@ def _build(load: Callable[[Mapping[str, Any]], RunConfig], args: argparse.Namesp
         if blamed is exc:
             raise
         raise blamed from exc
+
+
+def _source(args: argparse.Namespace) -> str:
+    """What a config error about the whole config names: the file, or the embedded preset."""
+    return args.config or f"evosteer_core/data/{DEFAULT_PRESET}"
 
 
 def _config(args: argparse.Namespace) -> RunConfig:
@@ -172,6 +198,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     # benchmark files go into the store first: the run id holds their tables' hashes
     cfg = stage_data(_config(args))
+    require_priced(cfg, _source(args))
 
     run_id = run_id_for(cfg)
     index = RunIndex(open_store(cfg.store.root, cfg.store.s3_endpoint), run_id)
@@ -180,9 +207,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     with run_lock(cfg.store.root, run_id), run_log(log_path, args.argv) as log_file:
         index.steps()  # an unreachable or unusable store fails here, before any task runs
         with (
-            StepProgress(index, cfg.train.steps),
+            StepProgress(index, cfg.train.steps, cfg),
             _terminate_as_exit(),
-            closing_on_failure(cfg, run_id, "train"),
+            closing_on_failure(cfg, run_id, "train", stopped=_budget_stop),
         ):
             out = train(config_yaml=cfg.to_yaml(), steps=cfg.train.steps)
     elapsed = time.perf_counter() - started
@@ -198,6 +225,42 @@ def cmd_train(args: argparse.Namespace) -> int:
         run_id,
     ]
     print("\n".join(lines))
+    return 0
+
+
+def cmd_estimate(args: argparse.Namespace) -> int:
+    from evosteer_core.episode.world import stage_data
+
+    cfg = stage_data(_config(args))  # as train does: the run id holds the tables' hashes
+    require_priced(cfg, _source(args))  # what train would refuse, estimate refuses too
+    run_id = run_id_for(cfg)
+    est = estimate(cfg, open_store(cfg.store.root, cfg.store.s3_endpoint), run_id)
+    print("\n".join(estimate_lines(cfg, est)))
+    return 0
+
+
+def cmd_stage_data(args: argparse.Namespace) -> int:
+    from evosteer_core.episode.world import staged_config
+
+    cfg = _config(args)
+    if cfg.data.source == "sim":
+        print(f"{_source(args)}: data.source is sim: no benchmark files to stage", file=sys.stderr)
+    staged = staged_config(cfg)
+    for split in ("train", "heldout"):
+        pairs = zip(getattr(cfg.data, split), getattr(staged.data, split), strict=True)
+        for i, (before, after) in enumerate(pairs):
+            origin = (before.path or "its packaged data") if before.ref is None else "the store"
+            print(
+                f"data.{split}[{i}] {before.name}: {origin} -> {after.ref.uri} "
+                f"(sha256 {after.ref.sha256[:12]})",
+                file=sys.stderr,
+            )
+    text = staged.to_yaml()
+    if args.out:
+        Path(args.out).write_text(text, encoding="utf-8")
+        print(f"wrote {args.out} (run {run_id_for(staged)})", file=sys.stderr)
+    else:
+        print(text, end="")
     return 0
 
 
@@ -370,6 +433,19 @@ def _version() -> str:
         return "unknown (not installed)"
 
 
+SET_HELP = "override any config key, e.g. --set train.batch_size=6 (repeatable)"
+
+
+def _config_options(p: argparse.ArgumentParser, steps: str | None, run_dir: str) -> None:
+    """The options a command builds its run config from (:func:`_config`): ``--config``,
+    ``--steps`` (with help ``steps``; None: the command has none), ``--run-dir``, ``--set``."""
+    p.add_argument("--config", default=None, help="YAML config (default: embedded tiny-sim)")
+    if steps is not None:
+        p.add_argument("--steps", type=_int_at_least(1), default=None, help=steps)
+    p.add_argument("--run-dir", default=None, help=run_dir)
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help=SET_HELP)
+
+
 def build_parser() -> argparse.ArgumentParser:
     debug = argparse.ArgumentParser(add_help=False)
     debug.add_argument(
@@ -385,18 +461,34 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     run_dir_help = "artifact store root of the run (a folder or s3://bucket/prefix)"
     run_help = "run id (the last line train printed)"
-    set_help = "override any config key, e.g. --set train.batch_size=6 (repeatable)"
 
     t = sub.add_parser(
         "train", help="run the train workflow (resumes from the task cache)", parents=[debug]
     )
-    t.add_argument("--config", default=None, help="YAML config (default: embedded tiny-sim)")
-    t.add_argument(
-        "--steps", type=_int_at_least(1), default=None, help="train this many steps (train.steps)"
-    )
-    t.add_argument("--run-dir", default=None, help="artifact store root (store.root)")
-    t.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help=set_help)
+    store_help = "artifact store root (store.root)"
+    _config_options(t, "train this many steps (train.steps)", store_help)
     t.set_defaults(func=cmd_train)
+
+    c = sub.add_parser(
+        "estimate",
+        help="tokens, stage hours and cost of a train before it runs (docs/costs.md)",
+        parents=[debug],
+    )
+    _config_options(
+        c, "estimate this many steps", f"{store_help}: where measured steps of the run are"
+    )
+    c.set_defaults(func=cmd_estimate)
+
+    d = sub.add_parser(
+        "stage-data",
+        help="store the config's benchmark files; write a config naming them by ref",
+        parents=[debug],
+    )
+    _config_options(d, None, f"{store_help}: where the tables are stored")
+    d.add_argument(
+        "--out", default=None, help="YAML file to write the staged config to (default: stdout)"
+    )
+    d.set_defaults(func=cmd_stage_data)
 
     e = sub.add_parser(
         "evaluate", help="checkpoint × benchmarks × runs → means ± std", parents=[debug]
@@ -416,7 +508,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME[=PATH]",
         help="benchmark and its JSONL file (default: the six sim families)",
     )
-    e.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help=set_help)
+    e.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help=SET_HELP)
     e.set_defaults(func=cmd_evaluate)
 
     x = sub.add_parser(
@@ -431,7 +523,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=1,
         help="rows run in this many processes at once (default: 1; one torch thread each)",
     )
-    x.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help=set_help)
+    x.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help=SET_HELP)
     x.set_defaults(func=cmd_experiment)
 
     r = sub.add_parser(

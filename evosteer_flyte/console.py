@@ -20,8 +20,10 @@ from pathlib import Path
 
 from evosteer_core.executors.breaker import ExecutorOutageError
 from evosteer_core.infra.artifacts import RunIndex, StoreError
+from evosteer_core.infra.config import RunConfig
 from evosteer_core.infra.configio import InputError
 from evosteer_core.infra.locks import RunInUseError
+from evosteer_core.pipeline.costs import RunBudgetReached, money, run_spend
 
 OUR_LOGGERS = ("evosteer_core", "evosteer_flyte")
 """The loggers whose warnings are shown on the terminal (the libraries' go to the file)."""
@@ -51,13 +53,13 @@ def cause_chain(exc: BaseException) -> Iterator[BaseException]:
 
 def error_line(exc: BaseException) -> str:
     """One line for a failed command: a store failure (anywhere in the cause chain) as the
-    store root, operation and cause; an executor outage as its message; anything else as its
+    store root, operation and cause; an executor outage or a run budget stop as its message; anything else as its
     type, the innermost Flyte task it failed in, and its message without flytekit's prefixes."""
     for seen in cause_chain(exc):
         if isinstance(seen, StoreError):
             return seen.line
-        if isinstance(seen, ExecutorOutageError):
-            return str(seen)
+        if isinstance(seen, ExecutorOutageError | RunBudgetReached):
+            return _FLYTE_PREFIX.sub("", " ".join(str(seen).split()))
     message = " ".join(str(exc).split())
     tasks = _FLYTE_PREFIX.findall(message)
     message = _FLYTE_PREFIX.sub("", message)
@@ -138,7 +140,8 @@ def run_log(path: Path | None, argv: Sequence[str]) -> Iterator[Path | None]:
 class StepProgress(logging.Handler):
     """One tqdm bar for a training run: steps done of the total, s/step and ETA (tqdm's own),
     the stage now running and the last finished step's mean rewards under θ and ρ, plus its
-    rollout health when some trajectories hit an infrastructure failure.
+    rollout health when some trajectories hit an infrastructure failure, and (given the
+    config) the run's spend so far and its budget.
 
     The stage comes from the INFO record that ``stage_io.run_stage`` logs as a stage starts
     (this object is a logging handler on our loggers while the bar is open); finished steps
@@ -146,11 +149,13 @@ class StepProgress(logging.Handler):
     raises: a failed listing (store unreachable, ...) shows as the postfix until a listing
     succeeds again; the workflow reports its own failure."""
 
-    def __init__(self, index: RunIndex, total: int) -> None:
+    def __init__(self, index: RunIndex, total: int, cfg: RunConfig | None = None) -> None:
         from tqdm import tqdm
 
         super().__init__(logging.INFO)
         self.index = index
+        self.cfg = cfg
+        """The run's config: with it, the summary adds the spend so far (``costs.run_spend``)."""
         self.bar = tqdm(total=total, desc="train", unit="step", file=sys.stderr)
         self.ticking = sys.stderr.isatty()
         """Redraw every poll on a terminal; elsewhere (a CI log) only when something changed."""
@@ -205,6 +210,11 @@ class StepProgress(logging.Handler):
                 f" infra_failures={m['infra_failures']:.0f}"
                 f" healthy_fraction={m['healthy_fraction']:.2f}"
             )
+        if self.cfg is not None:
+            spent = run_spend(self.cfg, self.index.store, self.index.run_id, through=step).total
+            budget = self.cfg.budget.run_cost
+            text += f" · spent {money(self.cfg, spent)}"
+            text += "" if budget is None else f" of {money(self.cfg, budget)}"
         return text
 
     def __enter__(self) -> StepProgress:

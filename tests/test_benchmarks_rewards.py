@@ -8,6 +8,7 @@ from test_metrics import FinishedEpisode
 
 from evosteer_core.benchmarks import evaluate, f1, load_benchmark
 from evosteer_core.episode.records import TaskRecord
+from evosteer_core.episode.rollout import Rollout
 
 QA = TaskRecord(
     "q", "triviaqa", "nq_open", "Who?", "qa_em", answers=("Sunset Boulevard", "Sunset Blvd")
@@ -119,7 +120,11 @@ def test_evaluation_rollouts_never_use_the_training_leniency(monkeypatch, lenien
         contexts[plans[0].evaluation] = ctx
         return None, None
 
-    monkeypatch.setattr(stages, "collect_rollouts", capture)
+    def capture_run(policy, plans, ctx):
+        capture(policy, plans, ctx)
+        return Rollout(None, None, [])
+
+    monkeypatch.setattr(stages, "run_rollouts", capture_run)
     monkeypatch.setattr(evaluation, "collect_rollouts", capture)
     stages.rollout_stage(s, 1)
     evaluation.evaluation_rollouts(s, s.world.heldout_records[:1], use_adapter=True)

@@ -23,16 +23,13 @@ from evosteer_core.infra.artifacts import (
     store_id,
 )
 from evosteer_core.infra.config import RunConfig, config_from_dict, default_config, load_config
-from evosteer_core.infra.runs import OPERATIONAL_KEYS, config_hash, run_id_for
+from evosteer_core.infra.runs import NOT_COMPUTED, OPERATIONAL_KEYS, config_hash, run_id_for
 from evosteer_core.pipeline.replay import ArtifactVerdict, ReplayReport
 from evosteer_flyte.cli import main as cli_main
 from evosteer_flyte.tasks.spec import SpecMismatchError, StaleCacheError, make_spec
 from evosteer_flyte.tasks.tracking_tasks import record_init, record_step
 
 # --------------------------------------------------------------------------- key coverage
-
-NOT_COMPUTED = {"train.steps"}
-"""Keys outside the operational sections that no step's result depends on."""
 
 CANDIDATES: dict[str, list[Any]] = {
     "executor.kind": ["openai"],
@@ -54,6 +51,9 @@ CANDIDATES: dict[str, list[Any]] = {
     "policy.init": [{"kind": "sft"}],
     "train.objective": ["tb"],
     "skills.author": ["llm"],
+    "budget.run_cost": [10.0],
+    "prices.currency": ["EUR"],
+    "prices.models": [{"tiny": {"prompt": 1.0, "completion": 2.0}}],
 }
 """Changed values for leaves the generic rule below cannot change (strings, None, lists)."""
 
@@ -152,7 +152,7 @@ def test_the_hash_changes_with_every_key_that_affects_computation():
     assert not unchanged, f"the hash ignores {unchanged}"
 
 
-def test_the_hash_stays_when_only_store_tracking_images_name_or_steps_change():
+def test_the_hash_stays_when_only_store_tracking_prices_name_steps_or_budget_change():
     base = default_config().to_dict()
     h0 = config_hash(config_from_dict(base))
     checked = []
@@ -173,7 +173,7 @@ def test_the_hash_stays_when_only_store_tracking_images_name_or_steps_change():
     assert config_hash(config_from_dict(with_experiment)) == h0
     checked.append("experiment")
     assert {k.split(".")[0] for k in checked} >= {*OPERATIONAL_KEYS, "train"}
-    assert "train.steps" in checked
+    assert {"train.steps", "budget.run_cost"} <= set(checked)
 
 
 def test_a_staged_slice_hashes_by_its_table_not_its_path(tmp_path):

@@ -10,24 +10,11 @@ import argparse
 from pathlib import Path
 
 import pytest
+from cli_support import cli_fails as _fails
 
 from evosteer_core.infra.artifacts import RunIndex, open_store
 from evosteer_core.infra.configio import InputError
 from evosteer_flyte.cli import build_parser, main
-
-
-def _fails(argv: list[str], capsys) -> tuple[int, str]:
-    """Run the command; its exit status and its one stderr line (asserted to be one line)."""
-    capsys.readouterr()
-    try:
-        code = main(argv)
-    except SystemExit as exc:  # argparse's own exit
-        code = exc.code
-    out, err = capsys.readouterr()
-    lines = err.strip().splitlines()
-    assert len(lines) == 1, err
-    assert "Traceback" not in err
-    return code, lines[0]
 
 
 def test_missing_config_file_is_one_line_exit_2(tmp_path, capsys):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -17,7 +18,7 @@ from evosteer_core.infra.config import (
     load_config,
 )
 from evosteer_core.infra.configio import ConfigError, build, flatten, parse_override
-from evosteer_core.infra.runs import config_hash
+from evosteer_core.infra.runs import config_hash, run_id_for
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = sorted((REPO / "configs").rglob("*.yaml"))
@@ -221,3 +222,25 @@ def test_generic_loader_optional_dict_list_and_literal() -> None:
         build(Outer, {"mode": "a", "weights": {"u": "no"}}, "f.yaml")
     with pytest.raises(ConfigError, match=r"limit: expected int \| null"):
         build(Outer, {"mode": "a", "limit": "no"}, "f.yaml")
+
+
+def test_a_retired_images_section_still_loads_and_is_ignored(tmp_path, caplog):
+    """``images`` is retired (nothing read it): an old file with a value set loads with one
+    warning naming the file and the section; a recorded config's all-null section loads
+    silently; the config is the one without the section (same run id)."""
+    plain = default_config()
+    old = plain.to_dict()
+    old["images"] = {"cpu": "ghcr.io/x/cpu:1", "train_gpu": None, "rollout_vllm": None}
+    path = tmp_path / "old.yaml"
+    path.write_text(yaml.safe_dump(old))
+    with caplog.at_level(logging.WARNING, logger="evosteer_core"):
+        cfg = load_config(path)
+    assert cfg == plain and run_id_for(cfg) == run_id_for(plain)
+    (record,) = [r for r in caplog.records if "retired" in r.getMessage()]
+    assert record.getMessage().startswith(f"{path}: images: ignored, the section is retired")
+    caplog.clear()
+    recorded = {**plain.to_dict(), "images": {"cpu": None, "train_gpu": None, "rollout_vllm": None}}
+    with caplog.at_level(logging.WARNING, logger="evosteer_core"):
+        assert config_from_dict(recorded) == plain
+    assert not caplog.records
+    assert "images" not in plain.to_dict()

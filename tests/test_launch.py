@@ -211,3 +211,15 @@ def test_the_experiment_plan_defaults_to_a_config_with_an_experiment(tmp_path):
 def test_a_missing_launch_config_says_how_to_choose_one(tmp_path):
     with pytest.raises(FileNotFoundError, match=launch.LAUNCH_CONFIG_ENV):
         launch.launch_plans(tmp_path / "absent.yaml")
+
+
+def test_the_train_workflow_has_a_failure_node_that_ends_its_mlflow_run(packaged):
+    """A cluster-side train that fails runs ``fail_tracking`` (the workflow's failure node),
+    with the workflow's inputs bound to it and the error. (``pyflyte package`` imports the
+    installed checkout; run with ``PYTHONPATH`` set to test another worktree.)"""
+    template = packaged["workflow"][WORKFLOWS["train"]].template
+    node = template.failure_node
+    assert node.task_node.reference_id.name == "evosteer_flyte.tasks.tracking_tasks.fail_tracking"
+    bound = {b.var: b.binding.promise.var for b in node.inputs}
+    assert bound.pop("err") == ""  # Flyte fills in the error
+    assert bound == {k: k for k in ("config_yaml", "steps", "rollout_shards")}

@@ -21,6 +21,7 @@ from evosteer_core.infra.config import load_config
 from evosteer_flyte.tasks import evaluate as eval_tasks
 from evosteer_flyte.tasks import experiment as experiment_tasks
 from evosteer_flyte.tasks import replay as replay_tasks
+from evosteer_flyte.tasks import spec as run_spec
 from evosteer_flyte.tasks import step_tasks, tracking_tasks
 from evosteer_flyte.tasks.resources import CPU_IMAGE, GPU_IMAGE
 from evosteer_flyte.tasks.spec import make_spec
@@ -154,7 +155,7 @@ def test_240_step_train_stays_within_the_per_dynamic_node_guidance(monkeypatch):
     assert PAPER.train.steps == 240
     # the body stages and checks the benchmark files first; they are not in this checkout
     staged, checked = [], []
-    monkeypatch.setattr(train_wf, "stage_data", lambda cfg: staged.append(cfg) or cfg)
+    monkeypatch.setattr(run_spec, "stage_data", lambda cfg: staged.append(cfg) or cfg)
     monkeypatch.setattr(train_wf, "load_records", checked.append)
     top = _compile_dynamic(train_wf.train, config_yaml=PAPER.to_yaml(), steps=0, rollout_shards=4)
     assert [c.data for c in staged] == [c.data for c in checked] == [PAPER.data]

@@ -19,7 +19,7 @@ def test_the_hash_ignores_where_a_run_lives_and_how_many_steps_it_runs() -> None
     cfg = default_config()
     same = (
         {"name": "other", "store.root": "/elsewhere"},
-        {"tracking.experiment": "x", "images.cpu": "img:1"},
+        {"tracking.experiment": "x", "prices.cpu_hour": 0.5},
         {"train.steps": cfg.train.steps + 5},  # extending a run keeps its cache keys
     )
     for overrides in same:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from evosteer_core.episode.roles import RoleSpec
 from evosteer_core.executors.base import CallLimits, NodeResult
@@ -16,6 +16,9 @@ class BudgetLimits:
     episode-level model-call cap but feature 29 needs one, and ``max_actions`` bounds the
     number of orchestration decisions so that non-executing actions cannot loop forever.
     ``token_scale`` multiplies every role's per-call token limits (1.0 = reference).
+    ``run_cost`` is not an episode limit but the whole run's hard budget in the currency of
+    the ``prices`` section (None = none; docs/costs.md): training stops at the step boundary
+    where the next step would exceed it. It is not part of the run's identity.
     """
 
     total_tokens: int = 98_304
@@ -28,6 +31,7 @@ class BudgetLimits:
     node_model_calls_interactive: int = 35
     decision_deadline_s: float = 5.0
     token_scale: float = 1.0
+    run_cost: float | None = None
 
     def __post_init__(self) -> None:
         counts = (
@@ -45,6 +49,28 @@ class BudgetLimits:
         for name in ("wall_time_s", "decision_deadline_s", "token_scale"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"budget.{name} must be > 0, got {getattr(self, name)}")
+        if self.run_cost is not None and self.run_cost <= 0:
+            raise ValueError(f"run_cost: must be > 0 (or null: no run budget), got {self.run_cost}")
+
+
+@dataclass
+class TokenUsage:
+    """Tokens used as a provider bills them: prompt and completion tokens of the orchestrator's
+    decisions and of the executor's calls, counted in full (the ledger's hard limit books at
+    most the total; what a server reported beyond it was still used)."""
+
+    orchestrator_prompt: int = 0
+    orchestrator_completion: int = 0
+    executor_prompt: int = 0
+    executor_completion: int = 0
+
+    def add(self, other: TokenUsage) -> None:
+        """Add ``other``'s counts to these."""
+        for f in fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+
+    def to_dict(self) -> dict[str, int]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
 class BudgetLedger:
@@ -71,6 +97,7 @@ class BudgetLedger:
         self.wall_s = 0.0
         self.node_model_calls: dict[str, int] = {}
         self.node_env_steps: dict[str, int] = {}
+        self.usage = TokenUsage()
 
     # --- accounting -------------------------------------------------------------------
     @property
@@ -95,6 +122,8 @@ class BudgetLedger:
         """Charge one execution of node ``node_id`` (all of its model calls, tool calls and
         time); its model calls and environment steps also count against the node."""
         self._charge_tokens(result.tokens_in, result.tokens_out)
+        self.usage.executor_prompt += result.tokens_in
+        self.usage.executor_completion += result.tokens_out
         self.model_calls += result.model_calls
         self.tool_calls += result.tool_calls
         self.env_steps += result.env_steps
@@ -108,6 +137,8 @@ class BudgetLedger:
         booked_in, booked_out = self._charge_tokens(tokens_in, tokens_out)
         self.orchestrator_tokens_in += booked_in
         self.orchestrator_tokens_out += booked_out
+        self.usage.orchestrator_prompt += tokens_in
+        self.usage.orchestrator_completion += tokens_out
         self.wall_s += seconds
 
     # --- reservations -----------------------------------------------------------------

@@ -209,11 +209,29 @@ def stage_data(cfg: RunConfig) -> RunConfig:
     return replace(cfg, data=data)
 
 
+def staged_config(cfg: RunConfig) -> RunConfig:
+    """``cfg`` ready for a launch that sees no local file: every benchmark slice staged
+    (:func:`stage_data`), every row checked (:func:`load_records`) and each slice's file path
+    dropped, so the slices name only their tables in the store. The run id is the one a
+    ``train`` of ``cfg`` gets (a staged slice is hashed by its table, not its path)."""
+    staged = stage_data(cfg)
+    load_records(staged)
+
+    def ref_only(slices: tuple[BenchmarkSlice, ...]) -> tuple[BenchmarkSlice, ...]:
+        return tuple(replace(sl, path=None) for sl in slices)
+
+    data = replace(
+        staged.data, train=ref_only(staged.data.train), heldout=ref_only(staged.data.heldout)
+    )
+    return replace(staged, data=data)
+
+
 def _check_slice(sl: BenchmarkSlice, where: str) -> None:
     if sl.name not in CONVERTERS:
         known = ", ".join(sorted(CONVERTERS))
         raise ConfigError("<config>", f"{where}.name", f"unknown benchmark {sl.name!r} ({known})")
-    if sl.path is None and sl.name not in DEFAULT_FILES and sl.name not in GENERATED:
+    shipped = sl.name in DEFAULT_FILES or sl.name in GENERATED
+    if sl.ref is None and sl.path is None and not shipped:  # a staged slice needs no file
         raise ConfigError("<config>", f"{where}.path", f"benchmark {sl.name!r} needs a file")
 
 

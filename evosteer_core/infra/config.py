@@ -8,6 +8,7 @@ section left out of a YAML file means "as in the paper"; small presets override 
 from __future__ import annotations
 
 import copy
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
@@ -25,6 +26,7 @@ from evosteer_core.infra.artifacts import ArtifactRef, unsupported_scheme
 from evosteer_core.infra.configio import (
     ConfigError,
     build,
+    flatten,
     parse_yaml,
     read_yaml,
     set_dotted,
@@ -34,6 +36,8 @@ from evosteer_core.infra.redact import redact_urls
 from evosteer_core.objectives import objective_names
 
 DEFAULT_PRESET = "tiny-sim.yaml"
+
+_log = logging.getLogger(__name__)
 
 
 def _check(ok: bool, message: str) -> None:
@@ -562,12 +566,40 @@ class TrackingConfig:
 
 
 @dataclass(frozen=True)
-class ImagesConfig:
-    """Container image per task kind (containers/images.yaml); None = the current environment."""
+class ModelPrice:
+    """What one model's tokens cost, per 1M tokens, in the ``prices`` section's currency."""
 
-    cpu: str | None = None
-    train_gpu: str | None = None
-    rollout_vllm: str | None = None
+    prompt: float = 0.0
+    completion: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("prompt", "completion"):
+            v = getattr(self, name)
+            _check(v >= 0, f"{name}: must be >= 0 (a price per 1M tokens), got {v}")
+
+
+@dataclass(frozen=True)
+class PricesConfig:
+    """The price table of cost estimates and of the run budget (docs/costs.md).
+
+    ``models``: per model name (the orchestrator's ``policy.backbone``, the executor's
+    ``executor.model``, ``sim`` for the simulator), the price of 1M prompt and 1M completion
+    tokens; a model not listed counts as unpriced (the estimate says so; a run with
+    ``budget.run_cost`` refuses it). ``gpu_hour`` and ``cpu_hour``: the price of one hour of a
+    GPU or CPU stage pod. All default to 0 (nothing is priced until you say so). Operational:
+    prices do not change what a run computes, so they are not in its hash.
+    """
+
+    currency: str = "USD"
+    models: dict[str, ModelPrice] = field(default_factory=dict)
+    gpu_hour: float = 0.0
+    cpu_hour: float = 0.0
+
+    def __post_init__(self) -> None:
+        _check(bool(self.currency.strip()), "currency: must not be empty")
+        for name in ("gpu_hour", "cpu_hour"):
+            v = getattr(self, name)
+            _check(v >= 0, f"{name}: must be >= 0 (a price per hour), got {v}")
 
 
 ROW_EVALS = ("checkpoint", "untrained", "direct")
@@ -661,7 +693,7 @@ class RunConfig:
     reward: RewardConfig = field(default_factory=RewardConfig)
     ablation: AblationConfig = field(default_factory=AblationConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
-    images: ImagesConfig = field(default_factory=ImagesConfig)
+    prices: PricesConfig = field(default_factory=PricesConfig)
     experiment: ExperimentConfig | None = None
 
     def __post_init__(self) -> None:
@@ -698,17 +730,39 @@ class RunConfig:
         return yaml.safe_dump(self.public_dict(), sort_keys=False)
 
 
+RETIRED_SECTIONS = {
+    "images": "tasks name the images of their own code (containers/images.yaml, "
+    "evosteer_flyte/images.py), chosen when the workflows are registered",
+}
+"""Top-level sections that no longer exist, and why: read and ignored, so old config files
+and the configs that runs recorded still load (docs/pipeline.md, "Retired keys")."""
+
+
+def _without_retired(data: Any, source: str) -> Any:
+    """``data`` without :data:`RETIRED_SECTIONS`; one warning per section that sets a value
+    (a recorded config's all-null section is dropped silently)."""
+    if not isinstance(data, dict) or not any(key in data for key in RETIRED_SECTIONS):
+        return data
+    data = dict(data)
+    for key, why in RETIRED_SECTIONS.items():
+        value = data.pop(key, None)
+        if any(v not in (None, {}) for v in flatten({key: value}).values()):
+            _log.warning("%s: %s: ignored, the section is retired: %s; remove it", source, key, why)
+    return data
+
+
 def config_from_dict(
     data: Any, source: str = "<config>", overrides: Mapping[str, Any] | None = None
 ) -> RunConfig:
-    """Build a RunConfig from a YAML-shaped mapping, after applying dotted ``overrides``."""
+    """Build a RunConfig from a YAML-shaped mapping, after applying dotted ``overrides``
+    (retired sections are dropped, :data:`RETIRED_SECTIONS`)."""
     if overrides:
         if not isinstance(data, dict):
             raise ConfigError(source, "", f"expected a mapping, found {type(data).__name__}")
         data = copy.deepcopy(data)
         for key, value in overrides.items():  # copied: a later key must not edit the caller's
             set_dotted(data, key, copy.deepcopy(value))
-    return build(RunConfig, data, source)
+    return build(RunConfig, _without_retired(data, source), source)
 
 
 def load_config(

@@ -24,9 +24,13 @@ from evosteer_core.infra.config import AblationConfig, RunConfig, config_from_di
 from evosteer_core.infra.configio import parse_yaml, to_plain
 from evosteer_core.infra.provenance import code_summary
 
-OPERATIONAL_KEYS = ("name", "store", "tracking", "images", "experiment")
-"""Top-level keys that say where a run is stored, logged or run, not what it computes (an
-``experiment`` section says which other runs to launch: docs/experiments.md)."""
+OPERATIONAL_KEYS = ("name", "store", "tracking", "prices", "experiment")
+"""Top-level keys that say where a run is stored, logged, run or priced, not what it computes
+(an ``experiment`` section says which other runs to launch: docs/experiments.md)."""
+
+NOT_COMPUTED = ("train.steps", "budget.run_cost")
+"""Keys of computing sections that no step's result depends on: how many steps a run has and
+the budget it may spend (raising either continues the same run)."""
 
 CONFIG_ENTRY = "config"
 """Run-index name (step 0) of the run's config YAML: replay, evaluate and report read it back."""
@@ -36,13 +40,15 @@ def config_hash(cfg: RunConfig) -> str:
     """sha256 of the canonical JSON of what a run computes.
 
     Left out: the operational keys (moving a run to another bucket or tracking server is the
-    same run) and ``train.steps`` (no step depends on how many follow it, so extending a run
-    from 3 to 4 steps keeps the cache keys of steps 1–3). A staged benchmark slice is hashed by
-    its task table's sha256, not its path, so new data under an old path is a new run. The
-    warm start ``policy.init`` is hashed without its ``ref`` (the weights are a function of
-    the rest of the config and of the code, like every stage's artifacts; the pipeline fills
-    the ref in once the run id is known, ``training.warm_start``) and not at all when it is
-    None (the run ids of configs made before the key existed stay). URLs
+    same run) and :data:`NOT_COMPUTED`: ``train.steps`` (no step depends on how many follow
+    it, so extending a run from 3 to 4 steps keeps the cache keys of steps 1–3) and
+    ``budget.run_cost`` (a run stopped by its budget resumes under a larger one). A staged
+    benchmark slice is hashed by its task table's sha256, not its path, so new data under an
+    old path is a new run. The warm start ``policy.init`` is hashed without its ``ref`` (the
+    weights are a function of the rest of the config and of the code, like every stage's
+    artifacts; the pipeline fills the ref in once the run id is known,
+    ``training.warm_start``) and not at all when it is None (the run ids of configs made
+    before the key existed stay). URLs
     are hashed redacted (:meth:`RunConfig.public_dict`): a changed password is the same run, and the stored config
     hashes as the run does. The ``ablation`` section is left out while every key of it is at
     its default (the full method), so runs without ablations keep the ids they had before the
@@ -51,7 +57,9 @@ def config_hash(cfg: RunConfig) -> str:
     data = {k: v for k, v in cfg.public_dict().items() if k not in OPERATIONAL_KEYS}
     if data["ablation"] == to_plain(AblationConfig()):
         del data["ablation"]
-    data["train"] = {k: v for k, v in data["train"].items() if k != "steps"}
+    for dotted in NOT_COMPUTED:
+        section, key = dotted.split(".")
+        data[section] = {k: v for k, v in data[section].items() if k != key}
     init = data["policy"].pop("init")
     if init is not None:
         data["policy"]["init"] = {k: v for k, v in init.items() if k != "ref"}

@@ -23,7 +23,7 @@ import contextlib
 import os
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -223,23 +223,42 @@ def end_unfinished_runs(
 
 
 @contextlib.contextmanager
-def closing_on_failure(config: RunConfig, run_id: str, workflow: str) -> Iterator[None]:
+def closing_on_failure(
+    config: RunConfig,
+    run_id: str,
+    workflow: str,
+    stopped: Callable[[BaseException], object] | None = None,
+) -> Iterator[None]:
     """Around a workflow run by this process under the run lock: if it raises, its MLflow run
     (RUNNING, same run id and workflow) ends FAILED, or KILLED for an interrupt (Ctrl-C,
-    SIGTERM as ``SystemExit``), with the error's one line (URLs redacted) as
-    :data:`END_REASON_TAG`; the error
+    SIGTERM as ``SystemExit``) or a deliberate stop (``stopped(exc)`` true: the run budget),
+    with the error's one line (URLs redacted) as :data:`END_REASON_TAG`; the error
     is re-raised as it was, also when MLflow itself cannot be reached to close the run."""
     try:
         yield
     except BaseException as exc:
-        status = "KILLED" if isinstance(exc, KeyboardInterrupt | SystemExit) else "FAILED"
-        if config.tracking.enabled:
-            reason = redact_text(" ".join(f"{type(exc).__name__}: {exc}".split()))
-            with contextlib.suppress(Exception):  # the original error is the one to report
-                end_unfinished_runs(
-                    config, {RUN_ID_TAG: run_id, WORKFLOW_TAG: workflow}, status, reason
-                )
+        killed = isinstance(exc, KeyboardInterrupt | SystemExit) or bool(stopped and stopped(exc))
+        with contextlib.suppress(Exception):  # the original error is the one to report
+            end_failed_run(
+                config,
+                run_id,
+                workflow,
+                f"{type(exc).__name__}: {exc}",
+                "KILLED" if killed else "FAILED",
+            )
         raise
+
+
+def end_failed_run(
+    config: RunConfig, run_id: str, workflow: str, reason: str, status: str = "FAILED"
+) -> list[str]:
+    """End the RUNNING MLflow run of ``run_id`` and ``workflow`` as ``status`` with ``reason``
+    (one line, URLs redacted) as :data:`END_REASON_TAG`; nothing with tracking off. The CLI's
+    :func:`closing_on_failure` and a cluster workflow's failure handler both end runs here."""
+    if not config.tracking.enabled:
+        return []
+    line = redact_text(" ".join(reason.split()))
+    return end_unfinished_runs(config, {RUN_ID_TAG: run_id, WORKFLOW_TAG: workflow}, status, line)
 
 
 def _tag_value(text: str) -> str:

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import io
 import logging
+import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
@@ -22,12 +23,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
+from evosteer_core.episode.budget import TokenUsage
 from evosteer_core.episode.rollout import rollout_health
 from evosteer_core.infra.artifacts import ArtifactRef, ArtifactStore
 from evosteer_core.infra.config import RunConfig
 from evosteer_core.infra.schemas import DECISIONS, TRAJECTORIES, validate_rescored, validate_tables
 from evosteer_core.infra.seeding import derive_seed
 from evosteer_core.infra.tracking import ADAPTER_DIR, RunTracker
+from evosteer_core.pipeline.usage import StageUsage, UsageLog
 from evosteer_core.policy.adapter_export import ADAPTER_FILES, adapter_files
 from evosteer_core.training.results import ActorUpdate, Rescored, Rollouts, Validation, ValueFit
 from evosteer_core.training.session import Session, init_state, open_session
@@ -119,6 +122,8 @@ class StageCall:
     state: TrainState
     inputs: dict[str, Any]
     options: dict[str, int]
+    tokens: TokenUsage = field(default_factory=TokenUsage)
+    """Filled by the rollout: the tokens its episodes used (for the run's usage record)."""
 
     def session(self) -> Session:
         """A session on the previous state (opened by the stages that need live objects)."""
@@ -127,16 +132,19 @@ class StageCall:
 
 @dataclass(frozen=True)
 class Stage:
-    """One stage of a step: the step artifacts it reads and writes, and how it runs."""
+    """One stage of a step: the step artifacts it reads and writes, how it runs, and the pod
+    kind it runs on on a cluster (``gpu``: the policy's passes; ``cpu``)."""
 
     name: str
     reads: tuple[str, ...]
     writes: tuple[str, ...]
     run: Callable[[StageCall], dict[str, Any]]
+    device: Literal["gpu", "cpu"]
 
 
 def _rollout(c: StageCall) -> dict[str, Any]:
     out = rollout_stage(c.session(), c.step, **c.options)
+    c.tokens.add(out.usage)
     TRAJECTORIES.validate(out.trajectories, lazy=True)
     DECISIONS.validate(out.decisions, lazy=True)
     return {"trajectories": out.trajectories, "decisions": out.decisions}
@@ -176,12 +184,12 @@ def _checkpoint(c: StageCall) -> dict[str, Any]:
 
 ROLLOUT_TABLES = ("trajectories", "decisions")
 STAGES: tuple[Stage, ...] = (
-    Stage("rollout", (), ROLLOUT_TABLES, _rollout),
-    Stage("rescore", ROLLOUT_TABLES, ("rescored",), _rescore),
-    Stage("value", (*ROLLOUT_TABLES, "rescored"), ("value",), _value),
-    Stage("update", (*ROLLOUT_TABLES, "rescored"), ("update",), _update),
-    Stage("validation", ROLLOUT_TABLES, ("skills",), _validation),
-    Stage("checkpoint", ("value", "update", "skills"), ("state",), _checkpoint),
+    Stage("rollout", (), ROLLOUT_TABLES, _rollout, "gpu"),
+    Stage("rescore", ROLLOUT_TABLES, ("rescored",), _rescore, "gpu"),
+    Stage("value", (*ROLLOUT_TABLES, "rescored"), ("value",), _value, "cpu"),
+    Stage("update", (*ROLLOUT_TABLES, "rescored"), ("update",), _update, "gpu"),
+    Stage("validation", ROLLOUT_TABLES, ("skills",), _validation, "cpu"),
+    Stage("checkpoint", ("value", "update", "skills"), ("state",), _checkpoint, "cpu"),
 )
 """The stages of a step in pipeline order; every layer (this module's :func:`run_step`, the
 Flyte tasks and the train workflow) runs a stage through this table, under its name."""
@@ -230,17 +238,25 @@ def run_stage(
     state: ArtifactRef,
     step: int,
     refs: Mapping[str, ArtifactRef],
+    usage: UsageLog | None = None,
     **options: int,
 ) -> dict[str, ArtifactRef]:
     """Run stage ``name`` of ``step`` from stored artifacts: seed it, load the previous state
     and the inputs it reads from ``refs``, run it, store what it writes → {name: ref}.
-    ``options``: the rollout stage's ``shard`` and ``n_shards``."""
+    ``usage`` given: record what the stage used there (``pipeline/usage.py``; the pipeline's
+    tasks do, the replay does not). ``options``: the rollout stage's ``shard`` and ``n_shards``."""
     stage = STAGE_BY_NAME[name]
     _log.info("step %d: %s", step, name, extra={"stage": name, "step": step})
+    started = time.perf_counter()
     seed_stage(cfg, step, name)
     inputs = _load_inputs(io_, refs, stage.reads)
     call = StageCall(cfg, step, io_.get_state(state), inputs, dict(options))
-    return {out: _store_output(io_, out, value) for out, value in stage.run(call).items()}
+    written = {out: _store_output(io_, out, value) for out, value in stage.run(call).items()}
+    if usage is not None:
+        seconds = time.perf_counter() - started
+        shard = options.get("shard", 0)
+        usage.record(step, StageUsage(name, stage.device, seconds, call.tokens, shard))
+    return written
 
 
 def init_artifacts(cfg: RunConfig, io_: StepStore) -> ArtifactRef:
@@ -332,12 +348,19 @@ def tracking_files(
 
 
 def track_step(
-    cfg: RunConfig, io_: StepStore, tracker: RunTracker, step: int, refs: Mapping[str, ArtifactRef]
+    cfg: RunConfig,
+    io_: StepStore,
+    tracker: RunTracker,
+    step: int,
+    refs: Mapping[str, ArtifactRef],
+    extra: Mapping[str, float] | None = None,
 ) -> bool:
     """Log ``step`` to the run's MLflow run unless it holds that step already (a resumed or
-    extended train re-records its cached steps): metrics, :func:`tracking_files`, refs."""
+    extended train re-records its cached steps): metrics (the step's own and ``extra``: its
+    cost), :func:`tracking_files`, refs."""
     if step <= tracker.logged_step():
         return False
     files = tracking_files(cfg, io_, refs)
-    tracker.log_training_step(step, step_metrics(io_, refs), files, io_.store, refs)
+    metrics = {**step_metrics(io_, refs), **(extra or {})}
+    tracker.log_training_step(step, metrics, files, io_.store, refs)
     return True

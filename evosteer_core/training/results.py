@@ -12,6 +12,8 @@ from typing import Any, Self
 import pandas as pd
 import torch
 
+from evosteer_core.episode.budget import TokenUsage
+
 
 class StageObject:
     """A stage result stored as one object: the dict of its fields, in field order."""
@@ -26,10 +28,12 @@ class StageObject:
 
 @dataclass
 class Rollouts:
-    """Stage 1: the step's trajectory and decision tables."""
+    """Stage 1: the step's trajectory and decision tables, and the tokens its episodes used
+    (not stored with the tables: the run's cost record, ``pipeline/usage.py``, keeps them)."""
 
     trajectories: pd.DataFrame
     decisions: pd.DataFrame
+    usage: TokenUsage = field(default_factory=TokenUsage)
 
 
 @dataclass

@@ -14,8 +14,9 @@ from __future__ import annotations
 import pandas as pd
 import torch
 
+from evosteer_core.episode.budget import TokenUsage
 from evosteer_core.episode.records import FAMILIES, TaskRecord
-from evosteer_core.episode.rollout import FAMILY_INDEX, EpisodePlan, collect_rollouts
+from evosteer_core.episode.rollout import FAMILY_INDEX, EpisodePlan, run_rollouts
 from evosteer_core.infra.schemas import validate_rescored
 from evosteer_core.infra.seeding import numpy_rng
 from evosteer_core.training.heads import HeadFitConfig, fit_outcome_heads, fit_value_head
@@ -69,7 +70,11 @@ def rollout_stage(s: Session, step: int, shard: int = 0, n_shards: int = 1) -> R
     batch = sample_batch(s.world.train_records, s.cfg.train.batch_size, s.cfg.train.seed, step)
     plans = rollout_plans(s, batch, step)[shard::n_shards]
     ctx = s.rollout_context(s.cfg.train.seed, step, evaluation=False)
-    return Rollouts(*collect_rollouts(s.policy, plans, ctx))
+    done = run_rollouts(s.policy, plans, ctx)
+    usage = TokenUsage()
+    for ep in done.episodes:  # what the episodes used, for the run's cost record
+        usage.add(ep.ledger.usage)
+    return Rollouts(done.trajectories, done.decisions, usage)
 
 
 # --- stage 2: re-scoring ---------------------------------------------------------------------

@@ -8,6 +8,7 @@ deleted from the store is caught by :func:`require_stored`.
 
 from dataclasses import dataclass
 
+from evosteer_core.episode.world import stage_data
 from evosteer_core.infra.artifacts import (
     ArtifactRef,
     ArtifactStore,
@@ -50,6 +51,15 @@ def make_spec(cfg: RunConfig) -> RunSpec:
         seed=cfg.train.seed,
         store_id=store_id(open_store(cfg.store.root, cfg.store.s3_endpoint)),
     )
+
+
+def train_config(config_yaml: str, steps: int) -> RunConfig:
+    """The config a train workflow runs: ``config_yaml`` with ``steps`` (0 = its
+    ``train.steps``) and its benchmark files staged (``world.stage_data``: the run id holds
+    their tables' hashes)."""
+    source = "<config_yaml>"
+    overrides = {"train.steps": steps} if steps else None
+    return stage_data(config_from_dict(parse_yaml(config_yaml, source), source, overrides))
 
 
 class SpecMismatchError(ValueError):

@@ -12,6 +12,7 @@ from flytekit import Cache, task
 
 from evosteer_core.infra.artifacts import ArtifactRef
 from evosteer_core.pipeline import stage_io
+from evosteer_core.pipeline.usage import UsageLog
 from evosteer_flyte.tasks.errors import infrastructure_is_recoverable
 from evosteer_flyte.tasks.resources import (
     CACHE_VERSION,
@@ -61,7 +62,8 @@ def _run_stage(
 ) -> Refs:
     cfg, io = load(spec, config_yaml)
     require_stored(io.store, {"state": state, **refs}, f"step {step} {stage}: input")
-    return {**refs, **stage_io.run_stage(cfg, io, stage, state, step, refs)}
+    usage = UsageLog(io.store, spec.run_id)
+    return {**refs, **stage_io.run_stage(cfg, io, stage, state, step, refs, usage)}
 
 
 @task(**GPU_TASK)
@@ -82,16 +84,9 @@ def cpu_stage(
     return _run_stage(spec, config_yaml, stage, step, state, refs)
 
 
-STAGE_TASKS = {
-    "rollout": gpu_stage,
-    "rescore": gpu_stage,
-    "value": cpu_stage,
-    "update": gpu_stage,
-    "validation": cpu_stage,
-    "checkpoint": cpu_stage,
-}
-"""The task that runs each entry of ``stage_io.STAGES`` (the stage's name is an input, and
-the node's name in the workflow)."""
+STAGE_TASKS = {s.name: gpu_stage if s.device == "gpu" else cpu_stage for s in stage_io.STAGES}
+"""The task that runs each entry of ``stage_io.STAGES``, by the stage's pod kind (the stage's
+name is an input, and the node's name in the workflow)."""
 
 
 @task(**GPU_TASK)
@@ -103,7 +98,10 @@ def rollout_shard(
     them)."""
     cfg, io = load(spec, config_yaml)
     require_stored(io.store, {"state": state}, f"step {step} rollout shard {shard}: input")
-    return stage_io.run_stage(cfg, io, "rollout", state, step, {}, shard=shard, n_shards=n_shards)
+    usage = UsageLog(io.store, spec.run_id)
+    return stage_io.run_stage(
+        cfg, io, "rollout", state, step, {}, usage, shard=shard, n_shards=n_shards
+    )
 
 
 @task(**CPU_TASK)

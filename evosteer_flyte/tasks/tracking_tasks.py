@@ -12,15 +12,17 @@ import socket
 import time
 
 from flytekit import Deck, current_context, task
+from flytekit.types.error import FlyteError
 
 from evosteer_core.infra.artifacts import ArtifactRef, RunIndex
-from evosteer_core.infra.runs import record_config, record_provenance
-from evosteer_core.infra.tracking import RunTracker, open_run, resolve_tracking
-from evosteer_core.pipeline import stage_io
+from evosteer_core.infra.configio import InputError
+from evosteer_core.infra.runs import record_config, record_provenance, run_id_for
+from evosteer_core.infra.tracking import RunTracker, end_failed_run, open_run, resolve_tracking
+from evosteer_core.pipeline import costs, stage_io
 from evosteer_core.pipeline.report import deck_html, run_history
 from evosteer_flyte.tasks.errors import infrastructure_is_recoverable
 from evosteer_flyte.tasks.resources import CPU_IMAGE, LIGHT_RESOURCES, RETRIES
-from evosteer_flyte.tasks.spec import RunSpec, load, require_stored
+from evosteer_flyte.tasks.spec import RunSpec, load, require_stored, train_config
 
 LIGHT_TASK = dict(
     retries=RETRIES, container_image=CPU_IMAGE, requests=LIGHT_RESOURCES, limits=LIGHT_RESOURCES
@@ -100,11 +102,12 @@ def record_step(
     spec: RunSpec, config_yaml: str, mlflow_run: str, step: int, refs: dict[str, ArtifactRef]
 ) -> ArtifactRef:
     """Record every artifact of ``step`` (``refs``: ``stage_io.STEP_ARTIFACTS`` by name) in the
-    run index and log the step to MLflow once (``stage_io.track_step``): metrics, the adapter
-    (a PEFT folder) and heads, the skill library version and the test ledger (JSON), and the
-    artifact hashes as tags. Every :data:`DECK_EVERY` steps and at the last, its Deck shows
-    the report's plots of the run so far. Returns the new state (so the next step waits for
-    it)."""
+    run index and log the step to MLflow once (``stage_io.track_step``): metrics (with the
+    step's cost and the spend so far, ``costs.run_spend``), the adapter (a PEFT folder) and
+    heads, the skill library version and the test ledger (JSON), and the artifact hashes as
+    tags. Every :data:`DECK_EVERY` steps and at the last, its Deck shows the report's plots of
+    the run so far. Then the run budget (``costs.check_run_budget``): a next step that would
+    exceed it stops the run here. Returns the new state (so the next step waits for it)."""
     cfg, io = load(spec, config_yaml)
     require_stored(io.store, refs, f"step {step}")
     index = RunIndex(io.store, spec.run_id)
@@ -112,9 +115,11 @@ def record_step(
         index.record(step, name, ref)
     if step % DECK_EVERY == 0 or step == cfg.train.steps:
         Deck("Training", deck_html(run_history(io.store, spec.run_id), spec.run_id))
+    spend = costs.run_spend(cfg, io.store, spec.run_id, through=step)
     tracker = _tracker(config_yaml, spec, mlflow_run)
     if tracker is not None:
-        stage_io.track_step(cfg, io, tracker, step, refs)
+        stage_io.track_step(cfg, io, tracker, step, refs, spend.metrics(step))
+    costs.check_run_budget(cfg, spend, step)
     return refs["state"]
 
 
@@ -128,3 +133,21 @@ def end_tracking(spec: RunSpec, config_yaml: str, mlflow_run: str, state: Artifa
         cfg, _ = load(spec, config_yaml)
         tracker.finish(cfg, state.sha256)
     return mlflow_run
+
+
+@task(**LIGHT_TASK)
+@infrastructure_is_recoverable()
+def fail_tracking(
+    config_yaml: str, steps: int, rollout_shards: int, err: FlyteError | None = None
+) -> None:
+    """The failure handler of the cluster's train workflow (``launch.train``, its
+    ``on_failure``; same inputs plus the error): end the run's MLflow run FAILED with the
+    error as its end reason (``tracking.end_failed_run``), as the CLI does for a local train.
+    A run whose staging failed never opened an MLflow run: there is nothing to end."""
+    try:
+        cfg = train_config(config_yaml, steps)
+    except InputError:  # the train failed on its config or data, before it opened a run
+        return
+    message = err.message if err is not None else "the train workflow failed"
+    where = f" (node {err.failed_node_id})" if err is not None and err.failed_node_id else ""
+    end_failed_run(cfg, run_id_for(cfg), "train", f"{message}{where}")

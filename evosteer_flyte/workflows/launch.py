@@ -27,6 +27,7 @@ from evosteer_core.infra.artifacts import ArtifactRef
 from evosteer_core.infra.config import RunConfig, load_config
 from evosteer_core.infra.runs import run_id_for
 from evosteer_flyte.tasks.resources import ROLLOUT_SHARDS_REMOTE
+from evosteer_flyte.tasks.tracking_tasks import fail_tracking
 from evosteer_flyte.workflows import evaluate as evaluate_tasks
 from evosteer_flyte.workflows import experiment as experiment_tasks
 from evosteer_flyte.workflows import replay as replay_workflow
@@ -42,11 +43,12 @@ TRAIN_SCHEDULE = "0 3 * * 1"
 """Cron of the scheduled train plan: Mondays 03:00 UTC."""
 
 
-@workflow
+@workflow(on_failure=fail_tracking)
 def train(
     config_yaml: str, steps: int = 0, rollout_shards: int = ROLLOUT_SHARDS_REMOTE
 ) -> train_tasks.TrainOutputs:
-    """Train ``steps`` steps (0 = ``train.steps``); rollouts fan out over ``rollout_shards``."""
+    """Train ``steps`` steps (0 = ``train.steps``); rollouts fan out over ``rollout_shards``.
+    A failed execution ends its MLflow run FAILED (the failure node, ``fail_tracking``)."""
     return train_tasks.train(config_yaml=config_yaml, steps=steps, rollout_shards=rollout_shards)
 
 

@@ -17,15 +17,16 @@ import typing
 
 from flytekit import dynamic, map_task
 
-from evosteer_core.episode.world import load_records, stage_data
+from evosteer_core.episode.world import load_records
 from evosteer_core.infra.artifacts import ArtifactRef, open_store, store_id
 from evosteer_core.infra.config import config_from_dict
 from evosteer_core.infra.configio import parse_yaml
+from evosteer_core.pipeline.costs import require_priced
 from evosteer_core.pipeline.stage_io import STAGES
 from evosteer_core.training.warm_start import warm_start_key, with_warm_start
 from evosteer_flyte.tasks.errors import infrastructure_is_recoverable
 from evosteer_flyte.tasks.resources import CPU_IMAGE, LIGHT_RESOURCES, RETRIES
-from evosteer_flyte.tasks.spec import RunSpec, make_spec
+from evosteer_flyte.tasks.spec import RunSpec, make_spec, train_config
 from evosteer_flyte.tasks.step_tasks import STAGE_TASKS, gather_rollouts, init_run, rollout_shard
 from evosteer_flyte.tasks.tracking_tasks import (
     end_tracking,
@@ -102,10 +103,9 @@ def train_chunk(
 def train(config_yaml: str, steps: int = 0, rollout_shards: int = 1) -> TrainOutputs:
     """Train for ``steps`` steps (0 = the config's ``train.steps``); with ``policy.init`` the
     cached ``warm_start`` task fits the reference prior first."""
-    source = "<config_yaml>"
-    overrides = {"train.steps": steps} if steps else None
-    cfg = stage_data(config_from_dict(parse_yaml(config_yaml, source), source, overrides))
+    cfg = train_config(config_yaml, steps)
     load_records(cfg)  # every slice is checked before a run is opened or a step runs
+    require_priced(cfg, "<config_yaml>")  # a run budget needs every model priced
     config_yaml = cfg.to_yaml()
     warm = None
     if cfg.policy.init is not None and cfg.policy.init.ref is None:
