@@ -267,6 +267,7 @@ def cmd_stage_data(args: argparse.Namespace) -> int:
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from evosteer_flyte.workflows.evaluate import evaluate
 
+    rows = _rows(args.rows)
     store = _open_run(args.run_dir, args.run, args.step)
     recorded = run_config(store, args.run).to_dict()
     source = f"{args.run}/config.yaml"
@@ -282,16 +283,38 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         name, _, path = item.partition("=")
         names.append(name)
         paths.append(path)
+    search = {
+        key: value
+        for key, value in (
+            ("candidates", args.search_candidates),
+            ("tasks_per_family", args.search_tasks),
+        )
+        if value is not None
+    }
     with run_log(run_log_path(args.run_dir, args.run), args.argv):
         out = evaluate(
-            config_yaml=cfg.to_yaml(), state=state, benchmarks=names, paths=paths, runs=args.runs
+            config_yaml=cfg.to_yaml(),
+            state=state,
+            benchmarks=names,
+            paths=paths,
+            runs=args.runs,
+            rows=rows,
+            search=search,
         )
     from evosteer_core.infra.artifacts import get_json
 
     table = get_json(store, out.table)
     print(f"Checkpoint: run {args.run} step {step} ({state.sha256[:12]}); {args.runs} runs each")
-    for row in table["benchmarks"] + table["groups"]:
-        print(f"  {row['name']:<20} {100 * row['mean']:6.2f} ± {100 * row['std']:.2f}")
+    if rows:
+        from evosteer_core.evaluation.row_summary import costs_markdown, scores_markdown
+
+        print("Scores (mean ± sample std over runs, %):")
+        print(scores_markdown(table))
+        print("Tokens per item (all benchmarks):")
+        print(costs_markdown(table))
+    else:
+        for row in table["benchmarks"] + table["groups"]:
+            print(f"  {row['name']:<20} {100 * row['mean']:6.2f} ± {100 * row['std']:.2f}")
     print(f"Table artifact: {out.table.uri}")
     print("\n".join(_tracking_summary(cfg, out.mlflow_run)))
     return 0
@@ -374,6 +397,18 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     ]
     print("\n".join(lines))
     return 0
+
+
+def _rows(items: Sequence[str]) -> list[str]:
+    """``--rows`` as row names; an unknown name is a usage error. Only ``checkpoint``, or
+    none, is the plain evaluation (today's output)."""
+    from evosteer_core.evaluation.rows import RowError, parse_rows
+
+    try:
+        rows = parse_rows(items)
+    except RowError as exc:
+        raise UsageError(f"--rows: {exc}") from None
+    return [] if rows == ["checkpoint"] else rows
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -507,6 +542,27 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="NAME[=PATH]",
         help="benchmark and its JSONL file (default: the six sim families)",
+    )
+    e.add_argument(
+        "--rows",
+        action="append",
+        default=[],
+        metavar="ROW[,ROW...]",
+        help="rows to compare on the same records and seeds: checkpoint, untrained, direct, "
+        "paradigm:react, paradigm:template, paradigm:plan_execute, paradigm:searched, "
+        "paradigm:random (default: checkpoint; docs/paradigms.md)",
+    )
+    e.add_argument(
+        "--search-candidates",
+        type=_int_at_least(0),
+        default=None,
+        help="paradigm:searched: sampled teams per family beside the 3 seed teams (default 16)",
+    )
+    e.add_argument(
+        "--search-tasks",
+        type=_int_at_least(1),
+        default=None,
+        help="paradigm:searched: training records per family each team runs on (default 16)",
     )
     e.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help=SET_HELP)
     e.set_defaults(func=cmd_evaluate)

@@ -10,6 +10,7 @@ import pytest
 
 from evosteer_core.evaluation.costs import cost_markdown, table_cost, token_cost
 from evosteer_core.evaluation.rollouts import evaluate_policy
+from evosteer_core.evaluation.row_summary import row_metrics, scores_markdown, summarize_rows
 from evosteer_core.evaluation.rows import (
     COLUMNS,
     ROWS,
@@ -117,3 +118,31 @@ def test_cost_statistics_match_numpy():
     assert table_cost("x", table) == c
     md = cost_markdown([c])
     assert md.splitlines()[2].startswith(f"| x | 37 | {np.mean(total):.1f} |")
+
+
+def _synthetic(rewards: list[list[float]], tokens: int) -> pd.DataFrame:
+    rows = [
+        {"run": k, "reward": r, "tokens": tokens, "tokens_in": tokens - 10, "tokens_out": 10}
+        for k, run in enumerate(rewards)
+        for r in run
+    ]
+    return pd.DataFrame(rows)
+
+
+def test_row_summary_scores_costs_and_metric_names():
+    tables = {
+        "checkpoint": {"hotpotqa": _synthetic([[1, 0], [1, 1]], 100)},
+        "paradigm:react": {"hotpotqa": _synthetic([[0, 0], [1, 0]], 40)},
+    }
+    summary = summarize_rows(tables)
+    ck, react = summary["rows"]
+    assert ck["benchmarks"][0]["mean"] == pytest.approx(np.mean([0.5, 1.0]))
+    assert ck["benchmarks"][0]["std"] == pytest.approx(np.std([0.5, 1.0], ddof=1))
+    assert react["cost"]["mean_total"] == 40 and react["cost"]["n"] == 4
+    md = scores_markdown(summary)
+    assert md.splitlines()[0] == "| row | hotpotqa |"
+    assert "| checkpoint | 75.00 ± 35.36 |" in md and "| paradigm:react | 25.00 ± 35.36 |" in md
+    metrics = row_metrics(summary)
+    assert metrics["checkpoint"]["eval.hotpotqa.mean"] == pytest.approx(0.75)
+    assert metrics["paradigm:react"]["eval.paradigm.react.hotpotqa.mean"] == pytest.approx(0.25)
+    assert metrics["paradigm:react"]["eval.paradigm.react.tokens_per_item"] == 40

@@ -59,10 +59,19 @@ def evaluate(
     benchmarks: list[str] = [],  # noqa: B006
     paths: list[str] = [],  # noqa: B006
     runs: int = RUNS,
+    rows: list[str] = [],  # noqa: B006
+    search: dict[str, int] = {},  # noqa: B006
 ) -> evaluate_tasks.EvaluateOutputs:
-    """A checkpoint × benchmarks × runs (no benchmarks = the six sim families)."""
+    """A checkpoint × benchmarks × runs (no benchmarks = the six sim families); ``rows``
+    compares the checkpoint with other rows (docs/paradigms.md)."""
     return evaluate_tasks.evaluate(
-        config_yaml=config_yaml, state=state, benchmarks=benchmarks, paths=paths, runs=runs
+        config_yaml=config_yaml,
+        state=state,
+        benchmarks=benchmarks,
+        paths=paths,
+        runs=runs,
+        rows=rows,
+        search=search,
     )
 
 
