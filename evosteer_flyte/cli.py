@@ -214,8 +214,12 @@ def cmd_train(args: argparse.Namespace) -> int:
             out = train(config_yaml=cfg.to_yaml(), steps=cfg.train.steps)
     elapsed = time.perf_counter() - started
     simulated = " (SIMULATED executor)" if cfg.executor.kind == "sim" else ""
+    summary = []
+    if cfg.executor.kind == "sim" and args.heldout_summary:
+        summary = _heldout_summary(cfg, out.state)
     lines = [
         f"Trained {cfg.train.steps} steps of {cfg.name}{simulated} in {elapsed:.1f} s.",
+        *summary,
         f"Artifact root:  {cfg.store.root}",
         f"Final state:    {out.state.sha256}",
         *_tracking_summary(cfg, out.mlflow_run),
@@ -262,6 +266,15 @@ def cmd_stage_data(args: argparse.Namespace) -> int:
     else:
         print(text, end="")
     return 0
+
+
+def _heldout_summary(cfg: RunConfig, state: ArtifactRef) -> list[str]:
+    """θ vs ρ and the best fixed paradigm on the held-out sim tasks (one run, paired)."""
+    from evosteer_core.evaluation.heldout_summary import heldout_summary
+    from evosteer_core.pipeline.stage_io import StepStore
+
+    io_ = StepStore(open_store(cfg.store.root, cfg.store.s3_endpoint))
+    return heldout_summary(cfg, io_.get_state(state)).lines(simulated=True)
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
@@ -502,6 +515,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     store_help = "artifact store root (store.root)"
     _config_options(t, "train this many steps (train.steps)", store_help)
+    t.add_argument(
+        "--no-summary",
+        dest="heldout_summary",
+        action="store_false",
+        help="skip the closing θ vs ρ vs best paradigm comparison on held-out sim tasks",
+    )
     t.set_defaults(func=cmd_train)
 
     c = sub.add_parser(

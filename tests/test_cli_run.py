@@ -66,6 +66,14 @@ def test_terminal_shows_one_progress_bar_naming_the_stage(cli_run):
     assert re.search(r"step 1: θ \d\.\d{3} ρ \d\.\d{3}", err)
 
 
+def test_a_sim_run_ends_with_theta_against_rho_and_the_best_paradigm(cli_run):
+    _, proc = cli_run
+    out = proc.stdout
+    assert re.search(r"Held-out \(12 tasks × 1 run, SIMULATED\):", out)
+    assert re.search(r"π_θ \d\.\d{3}   ρ \d\.\d{3}   θ − ρ [+-]\d\.\d{3} ± \d\.\d{3}", out)
+    assert re.search(r"best fixed paradigm (react|template|plan_execute) \d\.\d{3}", out)
+
+
 def test_the_rest_goes_to_the_run_log_file(cli_run):
     cfg, proc = cli_run
     path = Path(cfg.store.root) / "logs" / f"{run_id_for(cfg)}.log"
