@@ -273,8 +273,14 @@ def _heldout_summary(cfg: RunConfig, state: ArtifactRef) -> list[str]:
     from evosteer_core.evaluation.heldout_summary import heldout_summary
     from evosteer_core.pipeline.stage_io import StepStore
 
-    io_ = StepStore(open_store(cfg.store.root, cfg.store.s3_endpoint))
-    return heldout_summary(cfg, io_.get_state(state)).lines(simulated=True)
+    store = open_store(cfg.store.root, cfg.store.s3_endpoint)
+    if cfg.policy.init is not None and cfg.policy.init.ref is None:  # the run's warm start
+        from evosteer_core.training.warm_start import with_warm_start
+        from evosteer_flyte.tasks.tracking_tasks import WARM_START_ENTRY
+
+        warm = RunIndex(store, run_id_for(cfg)).lookup(0, WARM_START_ENTRY)
+        cfg = with_warm_start(cfg, warm)
+    return heldout_summary(cfg, StepStore(store).get_state(state)).lines(simulated=True)
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:

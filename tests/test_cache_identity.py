@@ -134,6 +134,13 @@ def _changed_config(base: dict, key: str, value: Any) -> tuple[str, RunConfig] |
     return None
 
 
+def test_the_default_run_keeps_its_id_when_keys_are_added_at_defaults():
+    """The README and docs name the default run by its id; keys added since (the managed
+    server, concurrent node calls, ablations, the warm start) at their defaults must not move
+    it (this failed when executor.serve and executor.concurrency entered the hash)."""
+    assert run_id_for(default_config()) == "tiny-sim-aae405868dc8"
+
+
 def test_the_hash_changes_with_every_key_that_affects_computation():
     """Every leaf of every section but the operational ones and ``train.steps`` moves the
     hash (policy, sim, anchors, budget, executor, skills, objectives, data, reward, train.*).

@@ -16,6 +16,7 @@ from flytekit.core.context_manager import ExecutionState, FlyteContextManager
 from flytekit.models.task import Resources
 from flytekit.tools.translator import get_serializable
 
+from evosteer_core.experiment.cells import experiment_cells
 from evosteer_core.infra.artifacts import ArtifactRef
 from evosteer_core.infra.config import load_config
 from evosteer_flyte.tasks import evaluate as eval_tasks
@@ -119,6 +120,8 @@ def test_every_task_serializes_with_its_image_resources_and_accelerator():
         "evaluate",
         "experiment",
         "experiment_row",
+        "experiment_cell",
+        "experiment_cell_run",
         "record_cell",
         "summarize_experiment",
     }
@@ -236,14 +239,30 @@ def test_a_table2_sized_experiment_stays_within_the_per_dynamic_node_guidance():
     cfg = _table2_like(rows=17, seeds=3)
     outer = _compile_dynamic(experiment_wf.experiment, config_yaml=cfg.to_yaml())
     assert len(outer.nodes) == 17 + 3 < train_wf.MAX_NODES_PER_DYNAMIC
-    trained = _compile_dynamic(
+    row = _compile_dynamic(
         experiment_wf.experiment_row, config_yaml=cfg.to_yaml(), row="ppo", mlflow_run="r"
     )
-    untrained = _compile_dynamic(
-        experiment_wf.experiment_row, config_yaml=cfg.to_yaml(), row="untrained 0", mlflow_run=""
+    assert len(row.nodes) == 3  # one cell per seed
+    cell = next(c for c in experiment_cells(cfg) if c.row.name == "ppo")
+    args = dict(row="ppo", seed=cell.seed, runs=5, mlflow_run="r")
+    outer_cell = _compile_dynamic(
+        experiment_wf.experiment_cell,
+        config_yaml=cell.config.to_yaml(),
+        evaluation="checkpoint",
+        **args,
     )
-    assert len(trained.nodes) == len(untrained.nodes) == 3 * 3
-    names = [_short(n.task_node.reference_id.name) for n in untrained.nodes if n.task_node]
-    assert names == ["init_run", "evaluate_cell", "record_cell"] * 3
-    for t in (*outer.tasks, *trained.tasks, *untrained.tasks):
+    assert len(outer_cell.nodes) <= 2  # the warm start (with policy.init) and the cell's run
+    for evaluation, first in (("checkpoint", "train"), ("untrained", "init_run")):
+        run = _compile_dynamic(
+            experiment_wf.experiment_cell_run,
+            config_yaml=cell.config.to_yaml(),
+            warm=None,
+            evaluation=evaluation,
+            **args,
+        )
+        names = [_short(n.task_node.reference_id.name) for n in run.nodes if n.task_node]
+        assert names == [first, "evaluate_cell", "record_cell"]
+        for t in run.tasks:
+            _check_template(t)
+    for t in (*outer.tasks, *row.tasks, *outer_cell.tasks):
         _check_template(t)

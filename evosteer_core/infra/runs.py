@@ -28,9 +28,10 @@ OPERATIONAL_KEYS = ("name", "store", "tracking", "prices", "experiment")
 """Top-level keys that say where a run is stored, logged, run or priced, not what it computes
 (an ``experiment`` section says which other runs to launch: docs/experiments.md)."""
 
-NOT_COMPUTED = ("train.steps", "budget.run_cost")
-"""Keys of computing sections that no step's result depends on: how many steps a run has and
-the budget it may spend (raising either continues the same run)."""
+NOT_COMPUTED = ("train.steps", "budget.run_cost", "executor.concurrency")
+"""Keys of computing sections that no step's result depends on: how many steps a run has,
+the budget it may spend (raising either continues the same run) and how many node calls are
+in flight at once (the tables are written in decision order, tests/test_concurrent_rollouts.py)."""
 
 CONFIG_ENTRY = "config"
 """Run-index name (step 0) of the run's config YAML: replay, evaluate and report read it back."""
@@ -52,7 +53,8 @@ def config_hash(cfg: RunConfig) -> str:
     are hashed redacted (:meth:`RunConfig.public_dict`): a changed password is the same run, and the stored config
     hashes as the run does. The ``ablation`` section is left out while every key of it is at
     its default (the full method), so runs without ablations keep the ids they had before the
-    section existed; any changed key of it is hashed.
+    section existed; any changed key of it is hashed. ``executor.serve`` is left out while it
+    is None (a config with a given ``base_url`` hashes as before the managed server existed).
     """
     data = {k: v for k, v in cfg.public_dict().items() if k not in OPERATIONAL_KEYS}
     if data["ablation"] == to_plain(AblationConfig()):
@@ -60,6 +62,8 @@ def config_hash(cfg: RunConfig) -> str:
     for dotted in NOT_COMPUTED:
         section, key = dotted.split(".")
         data[section] = {k: v for k, v in data[section].items() if k != key}
+    if data["executor"]["serve"] is None:
+        del data["executor"]["serve"]
     init = data["policy"].pop("init")
     if init is not None:
         data["policy"]["init"] = {k: v for k, v in init.items() if k != "ref"}

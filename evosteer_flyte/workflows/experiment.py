@@ -1,12 +1,15 @@
 """The experiment workflow: rows × seeds of independent cached sub-runs, then one table.
 
 ``experiment`` (a ``@dynamic``) opens the experiment's MLflow run, then one ``experiment_row``
-(also a ``@dynamic``) per row: for every seed the cell's run is trained (the train workflow, so
-its steps are the same cached stage tasks) or only initialised (an evaluation-only row), then
-evaluated (``evaluate_cell``, cached) and logged as a child MLflow run. ``summarize_experiment``
+(also a ``@dynamic``) per row, one ``experiment_cell`` per seed: its warm start (when
+``policy.init`` asks for one; a dynamic level of its own, so the ref is a value below it),
+then the cell's run is trained (the train workflow, so its steps are the same cached stage
+tasks) or only initialised (an evaluation-only row), evaluated (``evaluate_cell``, cached) and
+logged as a child MLflow run. ``summarize_experiment``
 builds the table from every cell. Each cell is an ordinary run, so re-running a crashed
 experiment executes only the cells (and steps) that are missing; on a cluster the rows run in
-parallel. Nodes: the rows plus 3 at the top; 3 per seed in a row (docs/experiments.md).
+parallel. Nodes: the rows plus 3 at the top; one per seed in a row; at most 2 and 3 in a
+cell's two levels (docs/experiments.md).
 
     pyflyte run evosteer_flyte/workflows/experiment.py experiment --config_yaml "$(cat configs/table2-sim.yaml)"
 """
@@ -20,13 +23,14 @@ from evosteer_core.experiment.cells import experiment_cells, experiment_id
 from evosteer_core.infra.artifacts import ArtifactRef
 from evosteer_core.infra.config import config_from_dict
 from evosteer_core.infra.configio import parse_yaml
+from evosteer_core.training.warm_start import with_warm_start
 from evosteer_flyte.tasks.errors import infrastructure_is_recoverable
 from evosteer_flyte.tasks.experiment import evaluate_cell, record_cell, summarize_experiment
 from evosteer_flyte.tasks.resources import CPU_IMAGE, LIGHT_RESOURCES, RETRIES
 from evosteer_flyte.tasks.spec import make_spec
 from evosteer_flyte.tasks.step_tasks import init_run
 from evosteer_flyte.tasks.tracking_tasks import end_tracking, start_tracking
-from evosteer_flyte.workflows.train import train
+from evosteer_flyte.workflows.train import train, warm_start_of
 
 DYNAMIC = dict(
     container_image=CPU_IMAGE, requests=LIGHT_RESOURCES, limits=LIGHT_RESOURCES, retries=RETRIES
@@ -44,39 +48,89 @@ class ExperimentOutputs(typing.NamedTuple):
     table: ArtifactRef
 
 
+class CellOutputs(typing.NamedTuple):
+    trajectories: ArtifactRef
+    costs: dict[str, float]
+
+
 @dynamic(**DYNAMIC)
 @infrastructure_is_recoverable()
 def experiment_row(config_yaml: str, row: str, mlflow_run: str) -> RowOutputs:
-    """Every seed of one row: train (or initialise) the cell's run, evaluate, record."""
+    """Every seed of one row, each an ``experiment_cell``."""
     cfg = config_from_dict(parse_yaml(config_yaml, "<config_yaml>"), "<config_yaml>")
     cells, costs = [], []
     for cell in (c for c in experiment_cells(cfg) if c.row.name == row):
-        cell_yaml = cell.config.to_yaml()
-        spec = make_spec(cell.config)
-        if cell.row.trained:
-            state = train(config_yaml=cell_yaml).state
-        else:
-            state = init_run(spec=spec, config_yaml=cell_yaml)
-        result = evaluate_cell(
-            spec=spec,
-            config_yaml=cell_yaml,
-            state=state,
+        out = experiment_cell(
+            config_yaml=cell.config.to_yaml(),
+            row=row,
+            seed=cell.seed,
             evaluation=cell.row.eval,
             runs=cfg.experiment.runs,
-            searched={},
+            mlflow_run=mlflow_run,
         )
-        cells.append(
-            record_cell(
-                spec=spec,
-                config_yaml=cell_yaml,
-                parent_run=mlflow_run,
-                row=row,
-                seed=cell.seed,
-                trajectories=result.trajectories,
-            )
-        )
-        costs.append(result.costs)
+        cells.append(out.trajectories)
+        costs.append(out.costs)
     return cells, costs
+
+
+@dynamic(**DYNAMIC)
+@infrastructure_is_recoverable()
+def experiment_cell(
+    config_yaml: str, row: str, seed: int, evaluation: str, runs: int, mlflow_run: str
+) -> CellOutputs:
+    """One cell: its warm start first when the config asks for one (the same cached task the
+    train workflow runs), then :func:`experiment_cell_run`."""
+    cfg = config_from_dict(parse_yaml(config_yaml, "<config_yaml>"), "<config_yaml>")
+    return experiment_cell_run(
+        config_yaml=config_yaml,
+        warm=warm_start_of(cfg, config_yaml),
+        row=row,
+        seed=seed,
+        evaluation=evaluation,
+        runs=runs,
+        mlflow_run=mlflow_run,
+    )
+
+
+@dynamic(**DYNAMIC)
+@infrastructure_is_recoverable()
+def experiment_cell_run(
+    config_yaml: str,
+    warm: ArtifactRef | None,
+    row: str,
+    seed: int,
+    evaluation: str,
+    runs: int,
+    mlflow_run: str,
+) -> CellOutputs:
+    """Train the cell's run (the train workflow) or only initialise it (an evaluation-only
+    row), evaluate it, record it as a child MLflow run."""
+    cfg = config_from_dict(parse_yaml(config_yaml, "<config_yaml>"), "<config_yaml>")
+    if warm is not None:
+        cfg = with_warm_start(cfg, warm)
+        config_yaml = cfg.to_yaml()
+    spec = make_spec(cfg)
+    if evaluation == "checkpoint":
+        state = train(config_yaml=config_yaml).state
+    else:
+        state = init_run(spec=spec, config_yaml=config_yaml)
+    result = evaluate_cell(
+        spec=spec,
+        config_yaml=config_yaml,
+        state=state,
+        evaluation=evaluation,
+        runs=runs,
+        searched={},
+    )
+    trajectories = record_cell(
+        spec=spec,
+        config_yaml=config_yaml,
+        parent_run=mlflow_run,
+        row=row,
+        seed=seed,
+        trajectories=result.trajectories,
+    )
+    return trajectories, result.costs
 
 
 @dynamic(**DYNAMIC)

@@ -16,10 +16,11 @@ import functools
 import typing
 
 from flytekit import dynamic, map_task
+from flytekit.core.promise import Promise
 
 from evosteer_core.episode.world import load_records
 from evosteer_core.infra.artifacts import ArtifactRef, open_store, store_id
-from evosteer_core.infra.config import config_from_dict
+from evosteer_core.infra.config import RunConfig, config_from_dict
 from evosteer_core.infra.configio import parse_yaml
 from evosteer_core.pipeline.costs import require_priced
 from evosteer_core.pipeline.stage_io import STAGES
@@ -107,11 +108,18 @@ def train(config_yaml: str, steps: int = 0, rollout_shards: int = 1) -> TrainOut
     load_records(cfg)  # every slice is checked before a run is opened or a step runs
     require_priced(cfg, "<config_yaml>")  # a run budget needs every model priced
     config_yaml = cfg.to_yaml()
-    warm = None
-    if cfg.policy.init is not None and cfg.policy.init.ref is None:
-        store = store_id(open_store(cfg.store.root, cfg.store.s3_endpoint))
-        warm = warm_start(key=warm_start_key(cfg), store=store, config_yaml=config_yaml)
+    warm = warm_start_of(cfg, config_yaml)
     return train_run(config_yaml=config_yaml, warm=warm, rollout_shards=rollout_shards)
+
+
+def warm_start_of(cfg: RunConfig, config_yaml: str) -> Promise | None:
+    """Inside a dynamic: the cached ``warm_start`` node of a config whose ``policy.init``
+    asks for a warm start it does not hold yet (the train and experiment workflows), else
+    None."""
+    if cfg.policy.init is None or cfg.policy.init.ref is not None:
+        return None
+    store = store_id(open_store(cfg.store.root, cfg.store.s3_endpoint))
+    return warm_start(key=warm_start_key(cfg), store=store, config_yaml=config_yaml)
 
 
 @dynamic(
