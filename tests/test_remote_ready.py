@@ -252,6 +252,15 @@ def test_a_table2_sized_experiment_stays_within_the_per_dynamic_node_guidance():
         **args,
     )
     assert len(outer_cell.nodes) <= 2  # the warm start (with policy.init) and the cell's run
+    searched = _compile_dynamic(
+        experiment_wf.experiment_cell_run,
+        config_yaml=cell.config.to_yaml(),
+        warm=None,
+        evaluation="paradigm:searched",
+        **args,
+    )
+    names = [_short(n.task_node.reference_id.name) for n in searched.nodes if n.task_node]
+    assert names == ["init_run", "search_paradigm_workflows", "evaluate_cell", "record_cell"]
     for evaluation, first in (("checkpoint", "train"), ("untrained", "init_run")):
         run = _compile_dynamic(
             experiment_wf.experiment_cell_run,

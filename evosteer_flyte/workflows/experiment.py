@@ -25,12 +25,16 @@ from evosteer_core.infra.config import config_from_dict
 from evosteer_core.infra.configio import parse_yaml
 from evosteer_core.training.warm_start import with_warm_start
 from evosteer_flyte.tasks.errors import infrastructure_is_recoverable
+from evosteer_flyte.tasks.evaluate import search_paradigm_workflows
 from evosteer_flyte.tasks.experiment import evaluate_cell, record_cell, summarize_experiment
 from evosteer_flyte.tasks.resources import CPU_IMAGE, LIGHT_RESOURCES, RETRIES
 from evosteer_flyte.tasks.spec import make_spec
 from evosteer_flyte.tasks.step_tasks import init_run
 from evosteer_flyte.tasks.tracking_tasks import end_tracking, start_tracking
 from evosteer_flyte.workflows.train import train, warm_start_of
+
+SEARCHED = "paradigm:searched"
+"""The row that needs the offline workflow search first (docs/paradigms.md)."""
 
 DYNAMIC = dict(
     container_image=CPU_IMAGE, requests=LIGHT_RESOURCES, limits=LIGHT_RESOURCES, retries=RETRIES
@@ -114,13 +118,18 @@ def experiment_cell_run(
         state = train(config_yaml=config_yaml).state
     else:
         state = init_run(spec=spec, config_yaml=config_yaml)
+    searched = {}
+    if evaluation == SEARCHED:  # the offline search on the cell's training tasks (cached)
+        searched["searched"] = search_paradigm_workflows(
+            spec=spec, config_yaml=config_yaml, settings={}
+        )
     result = evaluate_cell(
         spec=spec,
         config_yaml=config_yaml,
         state=state,
         evaluation=evaluation,
         runs=runs,
-        searched={},
+        searched=searched,
     )
     trajectories = record_cell(
         spec=spec,
