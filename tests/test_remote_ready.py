@@ -39,6 +39,7 @@ GPU_TASKS = {
     "rollout_shard",
     "evaluate_benchmark",
     "evaluate_cell",
+    "evaluate_row_task",
     "warm_start",
     "replay_step",
 }
@@ -216,7 +217,14 @@ def test_local_chunk_has_one_rollout_task_per_step(shards):
 
 def test_evaluate_dynamic_compiles():
     out = _compile_dynamic(
-        eval_wf.evaluate, config_yaml=PAPER.to_yaml(), state=STATE, benchmarks=[], paths=[], runs=5
+        eval_wf.evaluate,
+        config_yaml=PAPER.to_yaml(),
+        state=STATE,
+        benchmarks=[],
+        paths=[],
+        runs=5,
+        rows=[],
+        search={},
     )
     assert len(out.nodes) == 6 + 3  # six families, summary, start and end of tracking
     for t in out.tasks:

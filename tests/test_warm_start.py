@@ -20,7 +20,7 @@ from evosteer_core.episode.runtime import Episode
 from evosteer_core.infra.artifacts import LocalStore, canonical_json, store_id
 from evosteer_core.infra.config import load_config
 from evosteer_core.infra.configio import ConfigError
-from evosteer_core.infra.runs import config_hash
+from evosteer_core.infra.runs import NOT_COMPUTED, OPERATIONAL_KEYS, config_hash
 from evosteer_core.policy.render import RENDERERS, public_state
 from evosteer_core.sim import SimExecutor, make_sim_suite
 from evosteer_core.sim import suite as sim_suite
@@ -150,9 +150,12 @@ def test_the_hash_holds_the_spec_not_the_ref_and_none_keeps_old_run_ids(tmp_path
     plain = load_config(None, {"store.root": str(tmp_path)})
     data = plain.public_dict()
     assert data["policy"].pop("init") is None
-    skip = ("name", "store", "tracking", "images", "ablation")  # ablation: all defaults
+    skip = (*OPERATIONAL_KEYS, "ablation")  # ablation: all defaults
     data = {k: v for k, v in data.items() if k not in skip}
-    data["train"].pop("steps")
+    for dotted in NOT_COMPUTED:
+        section, key = dotted.split(".")
+        data[section].pop(key)
+    assert data["executor"].pop("serve") is None  # no managed server: hashed as before it
     assert config_hash(plain) == hashlib.sha256(canonical_json(data)).hexdigest()
 
 
