@@ -26,24 +26,15 @@ from evosteer_flyte.tasks.errors import infrastructure_is_recoverable
 from evosteer_flyte.tasks.resources import (
     CACHE_VERSION,
     CPU_IMAGE,
-    GPU_ACCELERATOR,
-    GPU_IMAGE,
-    GPU_RESOURCES,
     LIGHT_RESOURCES,
     RETRIES,
 )
 from evosteer_flyte.tasks.spec import RunSpec, load, require_stored
+from evosteer_flyte.tasks.step_tasks import GPU_TASK
 from evosteer_flyte.tasks.tracking_tasks import DECK, _tracker
 
 
-@task(
-    cache=Cache(version=CACHE_VERSION, ignored_inputs=("config_yaml",)),
-    retries=RETRIES,
-    container_image=GPU_IMAGE,
-    requests=GPU_RESOURCES,
-    limits=GPU_RESOURCES,
-    accelerator=GPU_ACCELERATOR,
-)
+@task(**GPU_TASK)
 @infrastructure_is_recoverable()
 def evaluate_benchmark(
     spec: RunSpec,
@@ -117,14 +108,7 @@ def search_paradigm_workflows(
     return store_workflows(io.store, found)
 
 
-@task(
-    cache=Cache(version=CACHE_VERSION, ignored_inputs=("config_yaml",)),
-    retries=RETRIES,
-    container_image=GPU_IMAGE,
-    requests=GPU_RESOURCES,
-    limits=GPU_RESOURCES,
-    accelerator=GPU_ACCELERATOR,
-)
+@task(**GPU_TASK)
 @infrastructure_is_recoverable()
 def evaluate_row_task(
     spec: RunSpec,

@@ -3,7 +3,7 @@ table (docs/experiments.md). The algorithm is in :mod:`evosteer_core.experiment`
 
 import typing
 
-from flytekit import Cache, Deck, task
+from flytekit import Deck, task
 
 from evosteer_core.experiment.cells import cell_trajectories, training_costs
 from evosteer_core.experiment.report import store_experiment
@@ -12,15 +12,12 @@ from evosteer_core.infra.artifacts import ArtifactRef, get_json
 from evosteer_core.infra.tracking import log_experiment_cell
 from evosteer_flyte.tasks.errors import infrastructure_is_recoverable
 from evosteer_flyte.tasks.resources import (
-    CACHE_VERSION,
     CPU_IMAGE,
-    GPU_ACCELERATOR,
-    GPU_IMAGE,
-    GPU_RESOURCES,
     LIGHT_RESOURCES,
     RETRIES,
 )
 from evosteer_flyte.tasks.spec import RunSpec, load, require_stored
+from evosteer_flyte.tasks.step_tasks import GPU_TASK
 from evosteer_flyte.tasks.tracking_tasks import _tracker
 
 
@@ -29,14 +26,7 @@ class CellResult(typing.NamedTuple):
     costs: dict[str, float]
 
 
-@task(
-    cache=Cache(version=CACHE_VERSION, ignored_inputs=("config_yaml",)),
-    retries=RETRIES,
-    container_image=GPU_IMAGE,
-    requests=GPU_RESOURCES,
-    limits=GPU_RESOURCES,
-    accelerator=GPU_ACCELERATOR,
-)
+@task(**GPU_TASK)
 @infrastructure_is_recoverable()
 def evaluate_cell(
     spec: RunSpec,
