@@ -93,15 +93,11 @@ def test_the_section_has_the_eight_switches_off_by_default_and_set_sets_each():
 
 
 def test_a_run_without_ablations_hashes_as_before_the_section_existed():
-    import hashlib
+    from evosteer_core.infra.runs import run_id_for
 
-    from evosteer_core.infra.artifacts import canonical_json
-    from evosteer_core.infra.runs import OPERATIONAL_KEYS
-
-    cfg = load_config(None)
-    data = {k: v for k, v in cfg.public_dict().items() if k not in {*OPERATIONAL_KEYS, "ablation"}}
-    data["train"] = {k: v for k, v in data["train"].items() if k != "steps"}
-    assert config_hash(cfg) == hashlib.sha256(canonical_json(data)).hexdigest()
+    # the default preset's run id at 9491cde, the last revision without an ablation section
+    assert run_id_for(load_config(None)) == "tiny-sim-aae405868dc8"
+    assert run_id_for(load_config(None, {"ablation.no_repair": True})) != "tiny-sim-aae405868dc8"
 
 
 def test_bad_ablation_settings_are_one_line_errors():
