@@ -80,6 +80,8 @@ def _wrong_type(tp: Any, nullable: bool) -> st.SearchStrategy:
         ok = lambda v: any(type(v) is type(a) and v == a for a in args)  # noqa: E731
     elif origin is tuple:
         ok = lambda v: isinstance(v, list)  # noqa: E731
+    elif origin is dict:
+        ok = lambda v: isinstance(v, dict)  # noqa: E731
     elif dataclasses.is_dataclass(tp):
         return SCALARS.filter(lambda v: not isinstance(v, dict) and v is not None)
     else:
@@ -104,6 +106,8 @@ BASE = {
     "executor.base_url": "http://127.0.0.1:9/v1",
     "executor.model": "m",
     "executor.retriever": {"kind": "bm25", "corpus_ref": {"uri": "file:///c", "sha256": "0" * 64}},
+    "policy.init": {"kind": "sft", "ref": {"uri": "file:///w", "sha256": "0" * 64}},
+    "experiment": {"rows": [{"name": "a"}]},
 }
 """The preset with every optional section filled in, so that each key exists and is valid."""
 

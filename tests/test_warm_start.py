@@ -27,7 +27,7 @@ from evosteer_core.sim import suite as sim_suite
 from evosteer_core.training import warm_start as ws
 from evosteer_core.training.session import init_state, open_session
 
-SPEC = {"kind": "sft", "tasks_per_family": 1, "candidates": 3, "replays": 1, "epochs": 1}
+INIT = {"kind": "sft", "tasks_per_family": 1, "candidates": 3, "replays": 1, "epochs": 1}
 """A warm start small enough for a test (6 tasks, a few dozen decisions)."""
 
 SMALL = {
@@ -40,7 +40,7 @@ SMALL = {
 
 def _cfg(tmp_path, **extra):
     return load_config(
-        None, {**SMALL, "store.root": str(tmp_path / "runs"), "policy.init": SPEC, **extra}
+        None, {**SMALL, "store.root": str(tmp_path / "runs"), "policy.init": INIT, **extra}
     )
 
 
@@ -92,7 +92,7 @@ def test_the_same_spec_gives_the_same_sha256_and_another_seed_other_weights(tmp_
     first, _ = ws.store_warm_start(cfg, store)
     again, _ = ws.store_warm_start(cfg, store)
     assert first == again
-    other = _cfg(tmp_path, **{"policy.init": {**SPEC, "seed": 1}})
+    other = _cfg(tmp_path, **{"policy.init": {**INIT, "seed": 1}})
     assert ws.store_warm_start(other, store)[0].sha256 != first.sha256
 
 
@@ -143,7 +143,7 @@ def test_the_warm_start_task_is_cached(tmp_path, monkeypatch):
 
 def test_the_hash_holds_the_spec_not_the_ref_and_none_keeps_old_run_ids(tmp_path):
     cfg = _cfg(tmp_path)
-    assert config_hash(cfg) != config_hash(_cfg(tmp_path, **{"policy.init": {**SPEC, "lr": 0.1}}))
+    assert config_hash(cfg) != config_hash(_cfg(tmp_path, **{"policy.init": {**INIT, "lr": 0.1}}))
     ref = LocalStore(tmp_path / "runs").put_bytes(b"weights")
     assert config_hash(ws.with_warm_start(cfg, ref)) == config_hash(cfg)
     # without the key a config hashes as configs did before the key existed
@@ -161,9 +161,9 @@ def test_the_hash_holds_the_spec_not_the_ref_and_none_keeps_old_run_ids(tmp_path
 
 def test_a_bad_warm_start_spec_is_one_line_naming_the_key(tmp_path):
     with pytest.raises(ConfigError, match=r"policy\.init\.keep: must be <= candidates"):
-        _cfg(tmp_path, **{"policy.init": {**SPEC, "keep": 9}})
+        _cfg(tmp_path, **{"policy.init": {**INIT, "keep": 9}})
     with pytest.raises(ConfigError, match=r"policy\.init\.kind"):
-        _cfg(tmp_path, **{"policy.init": {**SPEC, "kind": "rl"}})
+        _cfg(tmp_path, **{"policy.init": {**INIT, "kind": "rl"}})
 
 
 def test_a_session_without_the_fitted_weights_says_what_to_do(tmp_path):
