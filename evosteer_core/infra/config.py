@@ -541,6 +541,51 @@ class AblationConfig:
         )
 
 
+METHODS: tuple[str, ...] = ("evosteer", "collabflow")
+"""What ``method`` selects: EvoSteer's interleaved orchestrator or CollabFlow's director."""
+
+
+@dataclass(frozen=True)
+class CollabFlowConfig:
+    """CollabFlow's constants (docs/collabflow.md); the paper leaves every one of these to the
+    implementation, so each value is a project choice documented there.
+
+    Construction: ``max_agents``/``max_edges``/``max_skills_per_agent`` cap a team;
+    ``construction_tokens`` is B_con (the director's scoring tokens), the execution budget
+    B_exec is ``budget.total_tokens`` − B_con (construction never borrows from it).
+    Communication: the evidence margin ``kappa``, the revision bound ``tau_rev`` (tokens),
+    ``r_max`` gates per Interactive edge, ``r_comm`` sweeps of a cyclic team.
+    Objective (CTB): ``beta``, ``alpha_kl``, the reward floor ``eps_min``, ``backward``
+    (``learned`` b_φ or ``uniform`` 1/|O(G)|).
+    """
+
+    max_agents: int = 4
+    max_edges: int = 6
+    max_skills_per_agent: int = 1
+    construction_tokens: int = 4096
+    kappa: float = 1.0
+    tau_rev: int = 256
+    r_max: int = 2
+    r_comm: int = 2
+    beta: float = 1.0
+    alpha_kl: float = 0.1
+    eps_min: float = 1e-3
+    backward: str = "learned"
+
+    def __post_init__(self) -> None:
+        for name in ("max_agents", "max_edges", "construction_tokens", "tau_rev", "r_max", "r_comm"):
+            _check(getattr(self, name) >= 1, f"{name}: must be >= 1, got {getattr(self, name)}")
+        _check(self.max_skills_per_agent >= 0, "max_skills_per_agent: must be >= 0")
+        _check(self.kappa >= 0, f"kappa: must be >= 0, got {self.kappa}")
+        _check(self.beta > 0, f"beta: must be > 0, got {self.beta}")
+        _check(self.alpha_kl >= 0, f"alpha_kl: must be >= 0, got {self.alpha_kl}")
+        _check(0 < self.eps_min < 1, f"eps_min: must be in (0, 1), got {self.eps_min}")
+        _check(
+            self.backward in ("learned", "uniform"),
+            f"backward: expected learned or uniform, got {self.backward!r}",
+        )
+
+
 @dataclass(frozen=True)
 class StoreConfig:
     """The content-addressed artifact store: a local folder or ``s3://bucket/prefix``."""
@@ -695,8 +740,23 @@ class RunConfig:
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     prices: PricesConfig = field(default_factory=PricesConfig)
     experiment: ExperimentConfig | None = None
+    method: str = "evosteer"
+    collabflow: CollabFlowConfig | None = None
 
     def __post_init__(self) -> None:
+        _check(self.method in METHODS, f"method: expected one of {METHODS}, got {self.method!r}")
+        if self.method == "collabflow" and self.collabflow is None:
+            object.__setattr__(self, "collabflow", CollabFlowConfig())
+        _check(
+            self.method == "collabflow" or self.collabflow is None,
+            "collabflow: the section configures method collabflow; set method: collabflow",
+        )
+        if self.collabflow is not None:
+            _check(
+                self.collabflow.construction_tokens < self.budget.total_tokens,
+                f"collabflow.construction_tokens: {self.collabflow.construction_tokens} leaves "
+                f"no execution budget under budget.total_tokens {self.budget.total_tokens}",
+            )
         ab = self.ablation
         for key, on in (
             ("no_measured_flows", ab.no_measured_flows),
@@ -712,8 +772,9 @@ class RunConfig:
         """Plain nested dict (tuples as lists); ``config_from_dict`` inverts it. A config
         without an experiment has no ``experiment`` key (as before there were experiments)."""
         data = to_plain(self)
-        if self.experiment is None:
-            del data["experiment"]
+        for key, absent in (("experiment", None), ("method", "evosteer"), ("collabflow", None)):
+            if data[key] == absent:
+                del data[key]  # EvoSteer configs keep the bytes (and run ids) they had before
         return data
 
     def to_yaml(self) -> str:
