@@ -92,7 +92,7 @@ def _score(
     with grad, policy.adapter_context(use_adapter):
         for members, shared in groups:
             chunk = [items[m] for m in members]
-            hidden = _hidden_after_prefix(
+            hidden = hidden_after_prefix(
                 policy, [p + list(a[:-1]) for _, p, a, _ in chunk], shared
             )
             if encode:
@@ -122,7 +122,7 @@ def _score(
     return scores, torch.stack(encoded) if encode else None
 
 
-def _hidden_after_prefix(policy: Policy, seqs: list[list[int]], shared: int) -> torch.Tensor:
+def hidden_after_prefix(policy: Policy, seqs: list[list[int]], shared: int) -> torch.Tensor:
     """Hidden states of ``seqs[i][shared:]`` (right-padded) after their common first ``shared``
     tokens, which run once and reach every row through a repeated KV cache (gradients from all
     rows flow back into that one pass). ``shared = 0`` is a plain padded forward pass."""
