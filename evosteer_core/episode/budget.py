@@ -150,8 +150,12 @@ class BudgetLedger:
     def can_reserve(self, role: RoleSpec) -> bool:
         """Whether one call of ``role`` (its full per-call token limits) still fits."""
         t_in, t_out = self.call_tokens(role)
+        return self.can_afford(t_in + t_out)
+
+    def can_afford(self, tokens: int) -> bool:
+        """Whether one more model call reserving ``tokens`` (input + output) still fits."""
         return (
-            self.limits.total_tokens - self.tokens >= t_in + t_out
+            self.limits.total_tokens - self.tokens >= tokens
             and self.limits.model_calls - self.model_calls >= 1
             and self.wall_s < self.limits.wall_time_s
         )

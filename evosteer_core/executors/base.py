@@ -60,12 +60,15 @@ class Evidence:
     """An evidence record bound to the output version it checked (CollabFlow §2.2).
 
     ``kind`` is ``exec_check`` (an executable check; weight 2 when passed) or ``retrieval``
-    (retrieval support; weight 1).
+    (retrieval support; weight 1). ``subject`` is the answer the check was run on when the
+    execution checked a stated candidate (a verifier's check of an input); None: the record
+    concerns the execution's own output (docs/collabflow.md §2).
     """
 
     kind: str
     passed: bool
     detail: str = ""
+    subject: str | None = None
 
 
 @dataclass(frozen=True)

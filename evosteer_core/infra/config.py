@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 import yaml
 
+from evosteer_core.collabflow.evidence import GATE_RULES
 from evosteer_core.episode.budget import BudgetLimits
 from evosteer_core.executors.breaker import (
     DEFAULT_MAX_CONSECUTIVE_FAILURES,
@@ -554,7 +555,9 @@ class CollabFlowConfig:
     ``construction_tokens`` is B_con (the director's scoring tokens), the execution budget
     B_exec is ``budget.total_tokens`` − B_con (construction never borrows from it).
     Communication: the evidence margin ``kappa``, the revision bound ``tau_rev`` (tokens),
-    ``r_max`` gates per Interactive edge, ``r_comm`` sweeps of a cyclic team.
+    ``r_max`` gates per Interactive edge, ``r_comm`` sweeps of a cyclic team (and decision
+    boundaries of a stateful team), ``gate`` the rule for differing answers (``evidence``, or
+    the ablations ``verbatim``/``always_revise``).
     Objective (CTB): ``beta``, ``alpha_kl``, the reward floor ``eps_min``, ``backward``
     (``learned`` b_φ or ``uniform`` 1/|O(G)|).
     """
@@ -564,9 +567,10 @@ class CollabFlowConfig:
     max_skills_per_agent: int = 1
     construction_tokens: int = 4096
     kappa: float = 1.0
-    tau_rev: int = 256
+    tau_rev: int = 2048
     r_max: int = 2
     r_comm: int = 2
+    gate: str = "evidence"
     beta: float = 1.0
     alpha_kl: float = 0.1
     eps_min: float = 1e-3
@@ -580,6 +584,10 @@ class CollabFlowConfig:
         _check(self.beta > 0, f"beta: must be > 0, got {self.beta}")
         _check(self.alpha_kl >= 0, f"alpha_kl: must be >= 0, got {self.alpha_kl}")
         _check(0 < self.eps_min < 1, f"eps_min: must be in (0, 1), got {self.eps_min}")
+        _check(
+            self.gate in GATE_RULES,
+            f"gate: expected one of {GATE_RULES}, got {self.gate!r}",
+        )
         _check(
             self.backward in ("learned", "uniform"),
             f"backward: expected learned or uniform, got {self.backward!r}",

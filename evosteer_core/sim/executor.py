@@ -313,7 +313,9 @@ class SimExecutor:
                     accept = self._exec_check(call, cand)
                     verdict = "passed" if accept else "failed"
                     work.tool_uses.append(ToolUse("python", f"check({cand})", verdict, True))
-                    work.evidence.append(Evidence("exec_check", accept, f"check of {cand}"))
+                    work.evidence.append(
+                        Evidence("exec_check", accept, f"check of {cand}", subject=cand)
+                    )
             else:
                 accept = self._judge(call, cand, i)
             lines.append(f"Candidate {cand}: {'accepted' if accept else 'rejected'}.")
