@@ -20,8 +20,13 @@ def test_an_unknown_objective_is_one_clear_config_error():
     with pytest.raises(
         ConfigError,
         match=r"train.*objective: expected one of "
-        r"\['anchortb', 'grpo', 'ppo', 'tb', 'tempered_tb'\], got 'ctb'",
+        r"\['anchortb', 'ctb', 'grpo', 'ppo', 'tb', 'tempered_tb'\], got 'nope'",
     ):
+        load_config(None, overrides={"train.objective": "nope"})
+
+
+def test_ctb_is_collabflow_s_objective():
+    with pytest.raises(ConfigError, match=r"train.objective: ctb .*set method: collabflow"):
         load_config(None, overrides={"train.objective": "ctb"})
 
 

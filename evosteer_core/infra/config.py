@@ -342,7 +342,8 @@ class TrainConfig:
     """The training loop (Alg. 1, Table 3). ``seed`` is the run seed of every derived draw.
 
     ``objective``: the registered training objective (``anchortb``, ``tb``, ``tempered_tb``,
-    ``ppo``, ``grpo``; docs/objectives.md; their settings are the ``objectives`` section).
+    ``ppo``, ``grpo``; docs/objectives.md; their settings are the ``objectives`` section; and
+    ``ctb``, CollabFlow's, set by its ``collabflow`` section: docs/collabflow.md §3).
     ``max_nonfinite_steps``: how many update steps with a non-finite loss or gradient (their
     AdamW step is skipped) a run tolerates; one more stops it (docs/reliability.md).
     """
@@ -559,7 +560,8 @@ class CollabFlowConfig:
     boundaries of a stateful team), ``gate`` the rule for differing answers (``evidence``, or
     the ablations ``verbatim``/``always_revise``).
     Objective (CTB): ``beta``, ``alpha_kl``, the reward floor ``eps_min``, ``backward``
-    (``learned`` b_φ or ``uniform`` 1/|O(G)|).
+    (``learned`` b_φ or ``uniform`` 1/|O(G)|), ``mdl_lambda`` (λ, the weight of the MDL
+    structural prior in the team reward; 0 switches it off).
     """
 
     max_agents: int = 4
@@ -575,6 +577,7 @@ class CollabFlowConfig:
     alpha_kl: float = 0.1
     eps_min: float = 1e-3
     backward: str = "learned"
+    mdl_lambda: float = 1.0
 
     def __post_init__(self) -> None:
         for name in ("max_agents", "max_edges", "construction_tokens", "tau_rev", "r_max", "r_comm"):
@@ -584,6 +587,7 @@ class CollabFlowConfig:
         _check(self.beta > 0, f"beta: must be > 0, got {self.beta}")
         _check(self.alpha_kl >= 0, f"alpha_kl: must be >= 0, got {self.alpha_kl}")
         _check(0 < self.eps_min < 1, f"eps_min: must be in (0, 1), got {self.eps_min}")
+        _check(self.mdl_lambda >= 0, f"mdl_lambda: must be >= 0, got {self.mdl_lambda}")
         _check(
             self.gate in GATE_RULES,
             f"gate: expected one of {GATE_RULES}, got {self.gate!r}",
@@ -758,6 +762,10 @@ class RunConfig:
         _check(
             self.method == "collabflow" or self.collabflow is None,
             "collabflow: the section configures method collabflow; set method: collabflow",
+        )
+        _check(
+            self.train.objective != "ctb" or self.method == "collabflow",
+            "train.objective: ctb trains CollabFlow's director; set method: collabflow",
         )
         if self.collabflow is not None:
             _check(

@@ -18,6 +18,7 @@ from evosteer_core.objectives.base import (
     objective_names,
     register_objective,
 )
+from evosteer_core.objectives.ctb import CollaborativeTB
 from evosteer_core.objectives.grpo import GRPO
 from evosteer_core.objectives.ppo import PPO
 from evosteer_core.objectives.tb import TrajectoryBalance
@@ -27,6 +28,7 @@ __all__ = [
     "GRPO",
     "PPO",
     "AnchorTB",
+    "CollaborativeTB",
     "GradientSource",
     "Objective",
     "ObjectiveOutput",

@@ -41,6 +41,14 @@ class TrajectoryBatch:
       action_kinds [B, T] long: the kind of each action (index into the seven kinds);
       record_index [B] long: the trajectory's record as an index into the run's training
       records in id order (a learned per-record scalar, ablation ``no_measured_flows``).
+    CTB's optional fields (docs/collabflow.md §3; built by ``collabflow.ctb_batch``):
+      legal_logp [B, T, A]: log π̄_θ over the legal set of each decision state, padded to A
+      actions (differentiable through θ); ref_legal_logp [B, T, A]: the same under the
+      director that collected the batch; legal_mask [B, T, A] bool: the legal entries;
+      context_index [B] long: the context of log Z_ψ (the task cluster);
+      backward_features [B, S, K, F], backward_mask [B, S, K] bool, backward_choice [B, S]
+      long: the unbuilding of each team (S steps, K removable components, F features);
+      log_backward [B]: Σ_t log b of a backward kernel without parameters (uniform).
     """
 
     delta_logp: Tensor
@@ -59,6 +67,14 @@ class TrajectoryBatch:
     state_inputs: Tensor | None = None
     action_kinds: Tensor | None = None
     record_index: Tensor | None = None
+    legal_logp: Tensor | None = None
+    ref_legal_logp: Tensor | None = None
+    legal_mask: Tensor | None = None
+    context_index: Tensor | None = None
+    backward_features: Tensor | None = None
+    backward_mask: Tensor | None = None
+    backward_choice: Tensor | None = None
+    log_backward: Tensor | None = None
 
     @property
     def batch_size(self) -> int:
@@ -100,9 +116,25 @@ class TrajectoryBatch:
             "token_counts": (n_b, n_t),
             "action_kinds": (n_b, n_t),
             "record_index": (n_b,),
+            "context_index": (n_b,),
+            "log_backward": (n_b,),
         }
         if self.state_inputs is not None:
             shapes["state_inputs"] = (n_b, n_t, int(self.state_inputs.shape[-1]))
+        if self.legal_mask is not None:
+            n_a = int(self.legal_mask.shape[-1])
+            for name in ("legal_logp", "ref_legal_logp", "legal_mask"):
+                shapes[name] = (n_b, n_t, n_a)
+        if self.backward_mask is not None:
+            if self.backward_mask.dim() != 3:
+                raise ValueError(
+                    f"backward_mask: expected [B, S, K], got {tuple(self.backward_mask.shape)}"
+                )
+            n_s, n_k = (int(x) for x in self.backward_mask.shape[1:])
+            n_f = self.backward_features.shape[-1] if self.backward_features is not None else 0
+            shapes["backward_features"] = (n_b, n_s, n_k, int(n_f))
+            shapes["backward_mask"] = (n_b, n_s, n_k)
+            shapes["backward_choice"] = (n_b, n_s)
         for name, shape in shapes.items():
             value = getattr(self, name)
             if value is not None and tuple(value.shape) != shape:
