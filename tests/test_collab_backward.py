@@ -34,7 +34,7 @@ def A(text: str) -> BuildAction:
     return BuildAction.parse(text)
 
 
-SPEC = team_spec(
+TEAM_SPEC = team_spec(
     "hotpotqa", False, default_profiles(), skills=("s1", "s2"), max_skills_per_agent=2
 )
 
@@ -42,7 +42,7 @@ SPEC = team_spec(
 def _team(*texts: str) -> Team:
     team = Team()
     for t in texts:
-        team = apply(team, A(t), SPEC)
+        team = apply(team, A(t), TEAM_SPEC)
     return team
 
 
@@ -142,7 +142,7 @@ def _brute_log_b(policy: BackwardPolicy, team: Team, order) -> float:
 def _rebuild(parts: set[BuildAction]) -> Team:
     team = Team()
     for c in sorted(parts, key=lambda c: c.kind != "add_agent"):
-        team = apply(team, c, SPEC)
+        team = apply(team, c, TEAM_SPEC)
     return team
 
 

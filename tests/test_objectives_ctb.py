@@ -27,7 +27,7 @@ from evosteer_core.objectives.base import TrajectoryBatch
 # A stateful space: one executor, one advisor, at most one (advisor → executor) edge. Its
 # complete teams are {actor}, {actor, planner} and {actor, planner, planner→actor}, reached by
 # 1, 3 and 5 construction orders.
-SPEC = TeamSpec(
+TEAM_SPEC = TeamSpec(
     "alfworld", True,
     (Profile("actor", "solver", "executor", ("alfworld",), ("single",)),
      Profile("planner", "planner", "advisor", ("alfworld",))),
@@ -42,11 +42,11 @@ def _paths():
     out = []
 
     def walk(team, history):
-        for a in legal_actions(team, SPEC):
+        for a in legal_actions(team, TEAM_SPEC):
             if a == STOP:
                 out.append((history + (a,), team))
             else:
-                walk(apply(team, a, SPEC), history + (a,))
+                walk(apply(team, a, TEAM_SPEC), history + (a,))
 
     walk(Team(), ())
     return out
@@ -60,8 +60,8 @@ STATES = sorted({h[:t] for h, _ in PATHS for t in range(len(h))}, key=lambda s: 
 def _legal(state):
     team = Team()
     for a in state:
-        team = apply(team, a, SPEC)
-    return legal_actions(team, SPEC)
+        team = apply(team, a, TEAM_SPEC)
+    return legal_actions(team, TEAM_SPEC)
 
 
 def _logits(seed: int, scale: float = 1.0) -> dict:
