@@ -78,10 +78,8 @@ def _batch(logits: dict, ref: dict, backward: str, paths=PATHS):
         steps = []
         for t, action in enumerate(history):
             state = history[:t]
-            steps.append(ConstructionStep(
-                legal_logp=torch.log_softmax(logits[state], 0),
-                ref_legal_logp=torch.log_softmax(ref[state], 0).detach(),
-                chosen=_legal(state).index(action),
+            steps.append(ConstructionStep.from_scores(
+                logits[state], ref[state], _legal(state).index(action)
             ))
         trajs.append(CTBTrajectory(steps, history, team, "alfworld", REWARD[team.size()]))
     return ctb_batch(trajs, backward)

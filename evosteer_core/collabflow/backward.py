@@ -79,13 +79,18 @@ def unbuilding(team: Team, order: Sequence[BuildAction]) -> tuple[list[list[list
     return features, choices
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=1024)
 def order_count(team: Team) -> int:
-    """|O(G)|: the number of construction orders of ``team`` (unbuilding recursion over its
-    sub-teams, each sub-team counted once)."""
-    if team.size() == 0:
-        return 1
-    return sum(order_count(remove(team, c)) for c in removable(team))
+    """|O(G)|: the number of construction orders of ``team``, by the unbuilding recursion
+    over its sub-teams with each sub-team counted once (at most 2^|G| of them)."""
+    memo: dict[Team, int] = {Team(): 1}
+
+    def count(sub: Team) -> int:
+        if sub not in memo:
+            memo[sub] = sum(count(remove(sub, c)) for c in removable(sub))
+        return memo[sub]
+
+    return count(team)
 
 
 def uniform_log_prob(team: Team) -> float:

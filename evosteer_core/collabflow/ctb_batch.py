@@ -30,6 +30,13 @@ class ConstructionStep:
     ref_legal_logp: Tensor
     chosen: int
 
+    @classmethod
+    def from_scores(cls, scores: Tensor, ref_scores: Tensor, chosen: int) -> ConstructionStep:
+        """From the summed token log-probs of every legal action string (the director's
+        scores under θ and under the collecting director): renormalized over the legal set.
+        Pass ``scores`` as a leaf to take the θ-gradient afterwards from ``scores.grad``."""
+        return cls(torch.log_softmax(scores, 0), torch.log_softmax(ref_scores.detach(), 0), chosen)
+
 
 @dataclass
 class CTBTrajectory:
