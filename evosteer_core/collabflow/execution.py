@@ -14,7 +14,7 @@ decision (their handoff is one of its messages).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from evosteer_core.benchmarks.rewards import evaluate
 from evosteer_core.collabflow.communication import (
@@ -27,7 +27,7 @@ from evosteer_core.collabflow.communication import (
 from evosteer_core.collabflow.evidence import Candidate, Holding, records_of
 from evosteer_core.collabflow.team import Team, TeamSpec
 from evosteer_core.episode.answers import normalize_answer
-from evosteer_core.episode.budget import BudgetLedger, BudgetLimits
+from evosteer_core.episode.budget import BudgetLedger
 from evosteer_core.episode.prompts import node_prompt
 from evosteer_core.episode.records import TaskRecord
 from evosteer_core.episode.roles import Catalogue, RoleSpec, default_catalogue
@@ -57,12 +57,6 @@ HANDOFF_NOTE = (
     "You advise the executor, the only agent that acts in the environment; you cannot act. "
     "Reply with a handoff: State, Evidence, Next subgoal, Completion check, Recovery."
 )
-
-
-def execution_limits(budget: BudgetLimits, collab: CollabFlowConfig) -> BudgetLimits:
-    """The execution budget: the run's episode limits with B_exec = total − B_con tokens
-    (construction never borrows from it)."""
-    return replace(budget, total_tokens=budget.total_tokens - collab.construction_tokens)
 
 
 @dataclass(frozen=True)
@@ -254,7 +248,7 @@ def execute_team(
     evaluator: Evaluator = evaluate,
 ) -> TeamOutcome:
     """Run ``team`` on ``task``: local episodes in the fixed agent order, communication, the
-    output rule; ``ledger`` holds the execution budget (:func:`execution_limits`) and
+    output rule; ``ledger`` holds the execution budget (``construction.execution_limits``) and
     ``seed_key`` = (run seed, episode key) keys every call. ``evaluator`` scores the output
     (and, in the gate log only, each candidate)."""
     if team.output is None:
