@@ -42,10 +42,26 @@ def test_group_average_and_group_std():
 def test_incomplete_groups_are_left_out_and_unknown_benchmarks_fail():
     table = summarize({"hotpotqa": [1.0, 0.0], "musique": [0.5, 0.5]})
     assert table.groups == ()
-    with pytest.raises(KeyError, match="no evaluation group"):
-        summarize({"humaneval": [1.0]})  # CollabFlow's OOD set, not an EvoSteer benchmark
+    with pytest.raises(KeyError, match="unknown benchmark 'squad'"):
+        summarize({"squad": [1.0]})
     with pytest.raises(ValueError, match="no runs"):
         benchmark_score("aime", [])
+
+
+def test_a_benchmark_outside_the_methods_groups_is_its_own_row():
+    """HumanEval is CollabFlow's OOD set, in no EvoSteer group: it is reported under its own
+    name (it used to raise "no evaluation group") and enters no group average."""
+    runs = {b: [0.5, 0.25] for b in IID} | {"humaneval": [0.1, 0.0, 0.2]}
+    table = summarize(runs)
+    humaneval = table.benchmarks[-1]
+    assert (humaneval.name, humaneval.n) == ("humaneval", 3)
+    assert humaneval.mean == pytest.approx(statistics.mean([0.1, 0.0, 0.2]))
+    assert humaneval.std == pytest.approx(statistics.stdev([0.1, 0.0, 0.2]))
+    (iid,) = table.groups
+    assert iid.n == 6 and iid.mean == pytest.approx(0.375)  # HumanEval is not averaged in
+    alone = summarize({"humaneval": [0.0]})
+    assert [s.name for s in alone.benchmarks] == ["humaneval"] and alone.groups == ()
+    assert summarize({"humaneval": [1.0]}, "collabflow").groups == ()  # its OOD group is partial
 
 
 def test_table_renders_percentages():

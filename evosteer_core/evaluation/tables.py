@@ -3,7 +3,9 @@ per group the average of the benchmark means with the group std sqrt(Σ σ_b²) 
 
 A group enters the table only when every one of its benchmarks was evaluated (a partial group
 average is not the paper's number); on the simulated suite the six families are the IID
-benchmarks, so the IID group is complete and the OOD group is absent.
+benchmarks, so the IID group is complete and the OOD group is absent. A known benchmark that
+is in none of the method's groups (HumanEval or TextWorld under EvoSteer) is reported under
+its own name and enters no group average; a name that is no benchmark at all fails.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from evosteer_core.benchmarks.taskmap import GROUPS, benchmarks_in, group_of
+from evosteer_core.benchmarks.taskmap import GROUPS, benchmarks_in, family_of
 
 RUNS = 5
 """Every reported score is a mean over five runs (docs/method.md §1.10)."""
@@ -68,11 +70,12 @@ def group_score(group: str, scores: Sequence[Score]) -> Score:
 
 
 def summarize(runs: Mapping[str, Sequence[float]], method: str = "evosteer") -> EvalTable:
-    """Benchmark name → per-run scores ⇒ the table with every complete group's average."""
+    """Benchmark name → per-run scores ⇒ the table with every complete group's average;
+    a benchmark outside the method's groups is a row of its own, in no group."""
     bench = tuple(benchmark_score(name, vals) for name, vals in runs.items())
     by_name = {s.name: s for s in bench}
     for name in by_name:
-        group_of(name, method)  # unknown benchmarks fail here, naming the method's groups
+        family_of(name)  # a name that is no benchmark fails here, listing the known ones
     groups = tuple(
         group_score(g, [by_name[b] for b in benchmarks_in(g, method)])
         for g in GROUPS[method]
