@@ -52,12 +52,21 @@ def evaluate_policy(
 
 def benchmark_records(cfg: RunConfig, benchmark: str, path: str) -> list[TaskRecord]:
     """A real benchmark file (``path``, read and validated) or, with no path, the held-out
-    records of the family ``benchmark`` (the sim suite's, or the config's held-out slices)."""
+    records of the family ``benchmark`` (the sim suite's, or the config's held-out slices) or,
+    for a benchmark that is no family, the config's held-out slices of that benchmark (e.g.
+    ``humaneval`` from a ``data.heldout`` slice of it)."""
     if path:
         return load_benchmark(benchmark, path)
-    if benchmark not in FAMILIES:
-        raise ValueError(f"benchmark {benchmark!r} needs a file path; sim families: {FAMILIES}")
-    return [r for r in load_records(cfg)[1] if r.family == benchmark]
+    heldout = load_records(cfg)[1]
+    if benchmark in FAMILIES:
+        return [r for r in heldout if r.family == benchmark]
+    own = [r for r in heldout if r.source == benchmark]
+    if not own:
+        raise ValueError(
+            f"benchmark {benchmark!r} needs a file path or a data.heldout slice of it; "
+            f"sim families: {FAMILIES}"
+        )
+    return own
 
 
 def stage_benchmark_records(
