@@ -24,7 +24,7 @@ from evosteer_core.episode.budget import BudgetLedger, BudgetLimits
 from evosteer_core.episode.prompts import node_prompt
 from evosteer_core.episode.records import TaskRecord
 from evosteer_core.episode.roles import default_catalogue
-from evosteer_core.executors.base import EnvStep, Evidence, NodeRequest, NodeResult
+from evosteer_core.executors.base import EnvStep, Evidence, NodeRequest, NodeResult, SkillView
 from evosteer_core.infra.config import CollabFlowConfig, default_config
 from evosteer_core.sim import SimExecutor, make_sim_suite
 
@@ -302,3 +302,15 @@ def test_sim_team_runs_are_deterministic_and_stay_within_the_execution_budget():
         assert a.ledger.tokens <= limits.total_tokens
         assert a.ledger.tokens == sum(c.tokens_in + c.tokens_out for c in a.calls)
         assert a.reward == evaluate(task, a.output_text)
+
+
+def test_bound_skills_reach_the_agents_prompt_and_a_missing_one_is_named():
+    spec = replace(team_spec("hotpotqa", False, default_profiles()), skills=("s1",))
+    team = decode([BuildAction.parse(a) for a in (
+        "add_agent(solver)", "bind_skill(solver, s1)", "set_output(single, solver)", "stop")], spec)
+    view = SkillView("s1", "check units", "Always check the units.")
+    ex = Scripted(by_agent({("solver", 0): ("paris", ())}))
+    execute_team(team, spec, qa_task(), ex, ledger(), (0, "ep"), CFG, skills={"s1": view})
+    assert ex.requests[0].skills == (view,) and "Always check the units." in ex.requests[0].prompt
+    with pytest.raises(ValueError, match=r"skills \['s1'\] are bound to 'solver'"):
+        execute_team(team, spec, qa_task(), ex, ledger(), (0, "ep"), CFG)

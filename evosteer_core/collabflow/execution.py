@@ -122,7 +122,15 @@ class _TeamRun:
         return self.catalogue.role(self.spec.profile(agent).role_id)
 
     def bound(self, agent: str) -> tuple[SkillView, ...]:
-        return tuple(self.skills[k] for a, k in sorted(self.team.bindings) if a == agent)
+        """The skills bound to ``agent``, in id order; a binding without its skill text is an
+        error naming it."""
+        ids = [k for a, k in sorted(self.team.bindings) if a == agent]
+        missing = [k for k in ids if k not in self.skills]
+        if missing:
+            raise ValueError(
+                f"execute_team: skills {missing} are bound to {agent!r} but not given (skills=)"
+            )
+        return tuple(self.skills[k] for k in ids)
 
     def call(
         self,
