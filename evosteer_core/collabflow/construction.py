@@ -13,9 +13,12 @@ construction is recorded as such and never trained on.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+
+import torch
 
 from evosteer_core.collabflow.director import (
     DirectorView,
@@ -137,13 +140,17 @@ def construct(
     seed_parts: tuple[object, ...],
     renderer: str = "compact",
     decision_clock: Callable[[int, int], float] | None = None,
+    uniform: bool = False,
 ) -> Construction:
     """Build a team for ``task`` (its orchestrator text) from ``Team()``: at each state score
     the legal set (θ when ``use_adapter``, else ρ), charge the decision, sample with a
     generator derived from ``seed_parts``, apply; until ``stop`` or an abort.
 
     ``decision_clock(tokens_in, tokens_out)`` gives a decision's seconds (the sim's simulated
-    clock, so sim runs are deterministic); None: the measured time of its scoring pass."""
+    clock, so sim runs are deterministic); None: the measured time of its scoring pass.
+    ``uniform``: the random legal graph (``collabflow.construction: uniform``,
+    docs/collabflow.md §5): every decision is uniform over the legal set and scores nothing,
+    so it costs no construction tokens."""
     ledger = ConstructionLedger(budget)
     generator = torch_generator(*seed_parts, "construct")
     team, steps = Team(), []
@@ -160,17 +167,18 @@ def construct(
             spec.family, task, spec, team, tuple(s.action for s in steps), ledger.tokens_left
         )
         prompt = director_prompt(view, catalogue, renderer)
-        cost = scoring_tokens(policy, prompt, texts) if len(texts) > 1 else 0
+        scored = len(texts) > 1 and not uniform
+        cost = scoring_tokens(policy, prompt, texts) if scored else 0
         if not ledger.affords(cost):
             return result(
                 None, f"the next decision needs {cost} tokens, {ledger.tokens_left} of B_con left"
             )
         started = time.perf_counter()
-        if len(texts) > 1:
+        if scored:
             logp = legal_logprobs(policy, prompt, texts, use_adapter)
-            lp = tuple(float(x) for x in logp.double().cpu())
         else:
-            lp = (0.0,)
+            logp = torch.full((len(texts),), -math.log(len(texts)), dtype=torch.float64)
+        lp = tuple(float(x) for x in logp.double().cpu())
         measured = time.perf_counter() - started
         seconds = 0.0 if cost == 0 else (decision_clock(cost, 0) if decision_clock else measured)
         ledger.charge(cost, seconds)

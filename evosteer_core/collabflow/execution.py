@@ -258,9 +258,12 @@ def execute_team(
     """Run ``team`` on ``task``: local episodes in the fixed agent order, communication, the
     output rule; ``ledger`` holds the execution budget (``construction.execution_limits``) and
     ``seed_key`` = (run seed, episode key) keys every call. ``evaluator`` scores the output
-    (and, in the gate log only, each candidate)."""
+    (and, in the gate log only, each candidate). With ``collabflow.communication`` off the
+    team runs without its edges: no message, no gate, the same agents and output rule."""
     if team.output is None:
         raise ValueError("execute_team needs a complete team (its output rule is not set)")
+    if not cfg.communication:  # the −communication ablation (docs/collabflow.md §5)
+        team = replace(team, edges=frozenset())
     run = _TeamRun(
         team, spec, task, executor, ledger, seed_key, cfg,
         catalogue or default_catalogue(), skills or {}, evaluator,

@@ -66,14 +66,21 @@ def table_cost(name: str, table: pd.DataFrame) -> TokenCost:
     )
 
 
+COST_HEADER = ("row", "items", "mean total", "mean input", "mean output", "P90", "max", "std", "CV")
+
+
+def cost_cells(c: TokenCost) -> list[str]:
+    """One cost row as the table's text cells (in :data:`COST_HEADER` order)."""
+    return [
+        c.name, str(c.n), f"{c.mean_total:.1f}", f"{c.mean_input:.1f}", f"{c.mean_output:.1f}",
+        f"{c.p90:.1f}", f"{c.max:.0f}", f"{c.std:.1f}", f"{c.cv:.3f}",
+    ]  # fmt: skip
+
+
 def cost_markdown(costs: Sequence[TokenCost]) -> str:
     lines = [
-        "| row | items | mean total | mean input | mean output | P90 | max | std | CV |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| " + " | ".join(COST_HEADER) + " |",
+        "| " + " | ".join("---" for _ in COST_HEADER) + " |",
     ]
-    for c in costs:
-        lines.append(
-            f"| {c.name} | {c.n} | {c.mean_total:.1f} | {c.mean_input:.1f} | "
-            f"{c.mean_output:.1f} | {c.p90:.1f} | {c.max:.0f} | {c.std:.1f} | {c.cv:.3f} |"
-        )
+    lines += ["| " + " | ".join(cost_cells(c)) + " |" for c in costs]
     return "\n".join(lines)

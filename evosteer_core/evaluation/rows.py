@@ -19,6 +19,7 @@ from typing import Any
 
 import pandas as pd
 
+from evosteer_core.collabflow.evaluation import TeamEpisode, fixed_teams, team_episode
 from evosteer_core.episode.records import TaskRecord
 from evosteer_core.episode.rollout import EpisodePlan, run_rollouts
 from evosteer_core.episode.runtime import Episode
@@ -91,6 +92,8 @@ def row_rollouts(
     ``searched``: the result of ``paradigms.searched.search_workflows`` (for
     ``paradigm:searched`` only). Raises ``ExecutorOutageError`` as a rollout does."""
     (row,) = parse_rows([row])
+    if s.cfg.method == "collabflow":
+        return _team_rollouts(s, row, records, runs, tag)
     fixed = None if row in (CHECKPOINT, UNTRAINED) else _paradigm(row, searched)
     arm = "theta" if row == CHECKPOINT else "rho"
     plans = [EpisodePlan(r, arm, 0, evaluation=True) for r in records]
@@ -103,6 +106,52 @@ def row_rollouts(
             episodes = run_paradigm(fixed, plans, replace(ctx, interleaved=True, repair=True))
         out += [_trajectory(row, k, p.record, ep) for p, ep in zip(plans, episodes, strict=True)]
     return pd.DataFrame(out, columns=list(COLUMNS))
+
+
+def _team_rollouts(
+    s: Session, row: str, records: Sequence[TaskRecord], runs: int, tag: str
+) -> pd.DataFrame:
+    """A CollabFlow run's row (docs/collabflow.md §5): ``checkpoint`` constructs with the
+    trained director θ, ``untrained`` with ρ (or either runs ``collabflow.fixed_team``); the
+    run seeds are the EvoSteer rows' of the same tag."""
+    if row not in (CHECKPOINT, UNTRAINED):
+        raise RowError(f"a CollabFlow run evaluates {CHECKPOINT} or {UNTRAINED}, not {row!r}")
+    fixed = fixed_teams(s)
+    out: list[dict[str, Any]] = []
+    for k in range(runs):
+        ctx = s.rollout_context(derive_seed(s.cfg.train.seed, f"{tag}/{k}"), 0, evaluation=True)
+        for r in records:
+            ep = team_episode(s, ctx, r, row == CHECKPOINT, fixed.get(r.family))
+            out.append(_team_trajectory(row, k, ep))
+    return pd.DataFrame(out, columns=list(COLUMNS))
+
+
+def _team_trajectory(row: str, run: int, ep: TeamEpisode) -> dict[str, Any]:
+    """A team episode as a row table's trajectory: the director's scoring tokens are the
+    orchestrator's (input) tokens, the execution ledger's are the executor's."""
+    con = ep.construction_tokens
+    outcome = ep.outcome
+    led = None if outcome is None else outcome.ledger
+    t_in = 0 if led is None else led.tokens_in
+    t_out = 0 if led is None else led.tokens_out
+    return {
+        "row": row,
+        "run": run,
+        "record_id": ep.record.record_id,
+        "family": ep.record.family,
+        "reward": ep.reward,
+        "healthy": outcome is None or "infrastructure" not in (outcome.stopped or ""),
+        "complete": outcome is not None,
+        "n_actions": 0 if ep.construction is None else len(ep.construction.steps),
+        "model_calls": 0 if led is None else led.model_calls,
+        "tokens": con + t_in + t_out,
+        "tokens_in": con + t_in,
+        "tokens_out": t_out,
+        "orchestrator_tokens_in": con,
+        "orchestrator_tokens_out": 0,
+        "executor_tokens_in": t_in,
+        "executor_tokens_out": t_out,
+    }
 
 
 def _paradigm(row: str, searched: Mapping[str, Any] | None) -> Any:

@@ -31,8 +31,13 @@ from evosteer_core.pipeline.stage_io import StepStore
 from evosteer_core.training.session import open_session
 from evosteer_core.training.state import TrainState
 
-CELL_COLUMNS = ("record_id", "family", "run", "reward", "tokens")
-"""What a cell's evaluation keeps per trajectory (one per held-out record and run)."""
+CELL_COLUMNS = ("record_id", "family", "run", "reward", "tokens", "tokens_in", "tokens_out")
+"""What a cell's evaluation keeps per trajectory (one per held-out record and run): the
+reward and the tokens of the per-item cost table (``evaluation/costs.py``)."""
+
+COLLABFLOW_EVALS = ("checkpoint", "untrained")
+"""The evaluations of a CollabFlow cell: the trained director θ or the untrained ρ (fixed
+teams and baselines are ``untrained`` rows that set ``collabflow.fixed_team``)."""
 
 
 @dataclass(frozen=True)
@@ -82,7 +87,17 @@ def experiment_cells(cfg: RunConfig, source: str = "<config>") -> list[Cell]:
     """Every cell, row by row (in the rows' order), seed by seed; every config is built here,
     so a bad row fails before anything runs."""
     exp = experiment_of(cfg, source)
-    return [Cell(row, seed, cell_config(cfg, row, seed)) for row in exp.rows for seed in exp.seeds]
+    cells = [Cell(row, seed, cell_config(cfg, row, seed)) for row in exp.rows for seed in exp.seeds]
+    for i, row in enumerate(exp.rows):
+        method = next(c.config.method for c in cells if c.row is row)
+        if method == "collabflow" and row.eval not in COLLABFLOW_EVALS:
+            raise ConfigError(
+                source,
+                f"experiment.rows[{i}] ({row.name}).eval",
+                f"a method: collabflow row is {' or '.join(COLLABFLOW_EVALS)}, got {row.eval!r} "
+                "(a fixed team is an untrained row with collabflow.fixed_team)",
+            )
+    return cells
 
 
 EVALUATION_TAG = "experiment"

@@ -9,8 +9,9 @@ import io
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from evosteer_core.evaluation.costs import COST_HEADER, cost_cells
 from evosteer_core.experiment.cells import experiment_of
-from evosteer_core.experiment.table import ExperimentTable, experiment_table
+from evosteer_core.experiment.table import COST_CAPTION, ExperimentTable, experiment_table
 from evosteer_core.infra.artifacts import ArtifactRef, put_json
 from evosteer_core.infra.config import RunConfig
 from evosteer_core.pipeline.stage_io import StepStore
@@ -95,10 +96,27 @@ def render_html(table: ExperimentTable, name: str) -> str:
         f"<style>{STYLE}</style></head><body><h1>{title}</h1>"
         f"<p class='caption'>{html.escape(table.caption())}</p>"
         f"<div class='scroll'><table id='experiment-table'><thead><tr>{head}</tr></thead>"
-        f"<tbody>{body}</tbody></table></div>"
+        f"<tbody>{body}</tbody></table></div>{cost_html(table)}"
         f"<h2>Paired difference to {html.escape(table.reference)}</h2>"
         f"<img id='difference-plot' alt='paired differences' src='data:image/png;base64,"
         f"{difference_plot(table)}'></body></html>"
+    )
+
+
+def cost_html(table: ExperimentTable) -> str:
+    """The per-item token cost table (empty when no row has one)."""
+    costs = [r.tokens for r in table.rows if r.tokens is not None]
+    if not costs:
+        return ""
+    head = "".join(f"<th>{h}</th>" for h in COST_HEADER)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(v)}</td>" for v in cost_cells(c)) + "</tr>"
+        for c in costs
+    )
+    return (
+        f"<h2>Tokens per item</h2><p class='caption'>{html.escape(COST_CAPTION)}</p>"
+        f"<div class='scroll'><table id='cost-table'><thead><tr>{head}</tr></thead>"
+        f"<tbody>{body}</tbody></table></div>"
     )
 
 

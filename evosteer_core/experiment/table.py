@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from evosteer_core.episode.records import FAMILIES
+from evosteer_core.evaluation.costs import TokenCost, cost_markdown, table_cost
 from evosteer_core.evaluation.tables import EvalTable, summarize
 
 COST_COLUMNS = {
@@ -59,6 +60,9 @@ class RowResult:
     table: EvalTable
     difference: Difference | None
     costs: dict[str, float] = field(default_factory=dict)
+    tokens: TokenCost | None = None
+    """The per-item token cost over every (seed, run, record) of the row (None: a cell
+    stored before the table kept input and output tokens)."""
 
 
 def family_run_means(frames: Sequence[pd.DataFrame]) -> dict[str, list[float]]:
@@ -150,7 +154,9 @@ class ExperimentTable:
             "| " + " | ".join("---" for _ in head) + " |",
             *("| " + " | ".join(self.cells(r)) + " |" for r in self.rows),
         ]
-        return "\n".join([self.caption(), "", *lines])
+        costs = [r.tokens for r in self.rows if r.tokens is not None]
+        cost = ["", COST_CAPTION, "", cost_markdown(costs)] if costs else []
+        return "\n".join([self.caption(), "", *lines, *cost])
 
     def caption(self) -> str:
         sim = "SIMULATED executor. " if self.simulated else ""
@@ -173,6 +179,7 @@ class ExperimentTable:
                     **r.table.to_dict(),
                     "difference": None if r.difference is None else r.difference.to_dict(),
                     "costs": dict(r.costs),
+                    "tokens": None if r.tokens is None else r.tokens.to_dict(),
                 }
                 for r in self.rows
             ],
@@ -200,10 +207,27 @@ def experiment_table(
         row_costs["eval_tokens_per_problem"] = sum(
             float(frames[s]["tokens"].mean()) for s in seeds
         ) / len(seeds)
-        results.append(RowResult(name, evaluation, table, difference, row_costs))
+        results.append(
+            RowResult(name, evaluation, table, difference, row_costs, _row_tokens(name, frames))
+        )
     return ExperimentTable(tuple(results), reference, seeds, runs, simulated)
 
 
 def _mean_costs(per_seed: Sequence[Mapping[str, float]]) -> dict[str, float]:
     keys = [k for k in COST_COLUMNS if per_seed and all(k in c for c in per_seed)]
     return {k: sum(c[k] for c in per_seed) / len(per_seed) for k in keys}
+
+
+COST_CAPTION = (
+    "Tokens per item at evaluation (every held-out trajectory of every seed and run; input and "
+    "output of every model call, the orchestrator's or director's included): mean total, input "
+    "and output, and of the totals P90, max, sample std and CV = std / mean."
+)
+
+
+def _row_tokens(name: str, frames: Mapping[int, pd.DataFrame]) -> TokenCost | None:
+    """The per-item cost of the row over all its seeds (``evaluation/costs.py``)."""
+    table = pd.concat([frames[s] for s in sorted(frames)], ignore_index=True)
+    if not {"tokens_in", "tokens_out"} <= set(table.columns):
+        return None
+    return table_cost(name, table)

@@ -17,7 +17,9 @@ from typing import Any, Literal
 
 import yaml
 
+from evosteer_core.collabflow.baselines import BASELINES, BEST
 from evosteer_core.collabflow.evidence import GATE_RULES
+from evosteer_core.collabflow.team import PROTOCOLS
 from evosteer_core.episode.budget import BudgetLimits
 from evosteer_core.executors.breaker import (
     DEFAULT_MAX_CONSECUTIVE_FAILURES,
@@ -562,6 +564,13 @@ class CollabFlowConfig:
     Objective (CTB): ``beta``, ``alpha_kl``, the reward floor ``eps_min``, ``backward``
     (``learned`` b_φ or ``uniform`` 1/|O(G)|), ``mdl_lambda`` (λ, the weight of the MDL
     structural prior in the team reward; 0 switches it off).
+    Ablations and baselines (docs/collabflow.md §5): ``construction`` (``director``, or
+    ``uniform``: each decision uniform over the legal set, the random legal graph),
+    ``fixed_team`` (None, a team of ``collabflow/baselines.py`` that replaces construction in
+    every episode, or ``best``: per family the team that scores best on the training tasks), ``communication`` (False: the team runs with no message and no gate,
+    its output rule kept), ``protocols`` (the edge protocols construction may use; ``[one_way]``
+    is the all-OneWay row), ``recursion`` (False: the reliability counters are never
+    incremented, so every round's team reward reads the empty snapshot).
     """
 
     max_agents: int = 4
@@ -578,6 +587,11 @@ class CollabFlowConfig:
     eps_min: float = 1e-3
     backward: str = "learned"
     mdl_lambda: float = 1.0
+    construction: str = "director"
+    fixed_team: str | None = None
+    communication: bool = True
+    protocols: tuple[str, ...] = PROTOCOLS
+    recursion: bool = True
 
     def __post_init__(self) -> None:
         for name in ("max_agents", "max_edges", "construction_tokens", "tau_rev", "r_max", "r_comm"):
@@ -595,6 +609,20 @@ class CollabFlowConfig:
         _check(
             self.backward in ("learned", "uniform"),
             f"backward: expected learned or uniform, got {self.backward!r}",
+        )
+        _check(
+            self.construction in ("director", "uniform"),
+            f"construction: expected director or uniform, got {self.construction!r}",
+        )
+        _check(
+            self.fixed_team is None or self.fixed_team in (*BASELINES, BEST),
+            f"fixed_team: expected one of {', '.join(BASELINES)}, {BEST} (or null), "
+            f"got {self.fixed_team!r}",
+        )
+        bad = [p for p in self.protocols if p not in PROTOCOLS]
+        _check(
+            bool(self.protocols) and not bad and len(set(self.protocols)) == len(self.protocols),
+            f"protocols: expected distinct protocols of {PROTOCOLS}, got {list(self.protocols)}",
         )
 
 
