@@ -14,7 +14,7 @@ decision (their handoff is one of its messages).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from evosteer_core.benchmarks.rewards import evaluate
 from evosteer_core.collabflow.communication import (
