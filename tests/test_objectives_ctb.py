@@ -11,7 +11,13 @@ import math
 import pytest
 import torch
 
-from evosteer_core.collabflow.ctb_batch import ConstructionStep, CTBTrajectory, ctb_batch
+from evosteer_core.collabflow.construction import Construction, ConstructionStep
+from evosteer_core.collabflow.ctb_batch import (
+    CTBTrajectory,
+    ScoredDecision,
+    ctb_batch,
+    ctb_trajectory,
+)
 from evosteer_core.collabflow.reward import CLUSTERS
 from evosteer_core.collabflow.team import (
     STOP,
@@ -78,7 +84,7 @@ def _batch(logits: dict, ref: dict, backward: str, paths=PATHS):
         steps = []
         for t, action in enumerate(history):
             state = history[:t]
-            steps.append(ConstructionStep.from_scores(
+            steps.append(ScoredDecision.from_scores(
                 logits[state], ref[state], _legal(state).index(action)
             ))
         trajs.append(CTBTrajectory(steps, history, team, "alfworld", REWARD[team.size()]))
@@ -232,3 +238,24 @@ def test_ctb_is_registered_and_names_its_missing_fields():
         ctb(batch)
     with pytest.raises(ValueError, match="backward must be one of"):
         CollaborativeTB(backward="greedy")
+
+
+def test_a_construction_episode_enters_as_the_director_recorded_it():
+    logits, ref = _logits(4), _logits(6)
+    history, team = PATHS[-1]
+    steps, theta = [], []
+    for t, action in enumerate(history):
+        legal = _legal(history[:t])
+        lp = torch.log_softmax(ref[history[:t]].detach(), 0)
+        i = legal.index(action)
+        texts = tuple(a.text() for a in legal)
+        steps.append(ConstructionStep(t, "prompt", texts, i, float(lp[i]), tuple(lp.tolist()), 0, 0.0))
+        theta.append(torch.log_softmax(logits[history[:t]], 0))
+    episode = Construction(tuple(steps), team)
+    got = ctb_batch([ctb_trajectory(episode, theta, "alfworld", REWARD[team.size()])], "learned")
+    want = _batch(logits, ref, "learned", paths=[PATHS[-1]])
+    for name in ("logp", "legal_logp", "ref_legal_logp", "legal_mask", "backward_features",
+                 "backward_choice", "log_reward", "context_index"):
+        assert torch.equal(getattr(got, name), getattr(want, name)), name
+    with pytest.raises(ValueError, match="aborted construction never enters"):
+        ctb_trajectory(Construction(tuple(steps), None, "budget"), theta, "alfworld", 0.2)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor, nn
@@ -20,9 +21,12 @@ from evosteer_core.collabflow.reward import cluster_index
 from evosteer_core.collabflow.team import STOP, BuildAction, Team
 from evosteer_core.objectives.base import TrajectoryBatch
 
+if TYPE_CHECKING:
+    from evosteer_core.collabflow.construction import Construction
+
 
 @dataclass
-class ConstructionStep:
+class ScoredDecision:
     """One decision: log π̄ over its legal set (in ``legal_actions`` order) under θ and under
     the collecting director, and the index of the action taken."""
 
@@ -31,7 +35,7 @@ class ConstructionStep:
     chosen: int
 
     @classmethod
-    def from_scores(cls, scores: Tensor, ref_scores: Tensor, chosen: int) -> ConstructionStep:
+    def from_scores(cls, scores: Tensor, ref_scores: Tensor, chosen: int) -> ScoredDecision:
         """From the summed token log-probs of every legal action string (the director's
         scores under θ and under the collecting director): renormalized over the legal set.
         Pass ``scores`` as a leaf to take the θ-gradient afterwards from ``scores.grad``."""
@@ -43,11 +47,33 @@ class CTBTrajectory:
     """A valid construction: its decisions and actions (the last one ``stop``), the team it
     built, the task cluster and the team reward R̃ (> 0) of its execution."""
 
-    steps: Sequence[ConstructionStep]
+    steps: Sequence[ScoredDecision]
     actions: Sequence[BuildAction]
     team: Team
     cluster: str
     reward: float
+
+
+def ctb_trajectory(
+    construction: Construction, theta_legal_logp: Sequence[Tensor], cluster: str, reward: float
+) -> CTBTrajectory:
+    """A valid construction episode as CTB sees it: ``theta_legal_logp[t]`` is log π̄_θ over
+    step t's legal strings (``director.legal_logprobs`` with ``requires_grad``; a one-action
+    step may pass ``zeros(1)``), the reference is the step's recorded ``legal_logp``."""
+    if construction.aborted:
+        raise ValueError(f"an aborted construction never enters CTB ({construction.abort_reason})")
+    if len(theta_legal_logp) != len(construction.steps):
+        raise ValueError(
+            f"{len(theta_legal_logp)} rescored decisions for {len(construction.steps)} steps"
+        )
+    decisions = [
+        ScoredDecision(
+            logp, torch.tensor(step.legal_logp, dtype=logp.dtype, device=logp.device), step.index
+        )
+        for logp, step in zip(theta_legal_logp, construction.steps, strict=True)
+    ]
+    assert construction.team is not None
+    return CTBTrajectory(decisions, construction.actions, construction.team, cluster, reward)
 
 
 def _check(row: int, traj: CTBTrajectory) -> None:
