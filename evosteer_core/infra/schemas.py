@@ -18,7 +18,7 @@ def _is_str_list(x: object) -> bool:
     return isinstance(x, list) and len(x) > 0 and all(isinstance(s, str) for s in x)
 
 
-def _log_prob(upper: float) -> list[pa.Check]:
+def log_prob(upper: float) -> list[pa.Check]:
     """A log-probability column: finite (an infinite or NaN log-prob would make the update's
     loss non-finite) and at most ``upper`` (0 plus rounding)."""
     return [pa.Check(np.isfinite, error="finite log-prob"), pa.Check.le(upper)]
@@ -28,14 +28,22 @@ def _is_feature_vector(x: object) -> bool:
     return isinstance(x, list) and len(x) == FEATURE_DIM and all(0.0 <= float(v) <= 1.0 for v in x)
 
 
-TRAJECTORIES = pa.DataFrameSchema(
-    {
+def trajectory_head(arms: tuple[str, ...]) -> dict[str, pa.Column]:
+    """The columns that name a trajectory of any method: id, step, record, family, arm (one
+    of ``arms``), rollout index."""
+    return {
         "traj_id": pa.Column(str, unique=True),
         "step": pa.Column(int, pa.Check.ge(0)),
         "record_id": pa.Column(str),
         "family": pa.Column(str, pa.Check.isin(FAMILIES)),
-        "arm": pa.Column(str, pa.Check.isin(ARMS)),
+        "arm": pa.Column(str, pa.Check.isin(arms)),
         "rollout_index": pa.Column(int, pa.Check.ge(0)),
+    }
+
+
+TRAJECTORIES = pa.DataFrameSchema(
+    {
+        **trajectory_head(ARMS),
         "pair_skill": pa.Column(str),
         "pair_kind": pa.Column(str, pa.Check.isin(["", "candidate", "reevaluation"])),
         "n_actions": pa.Column(int, pa.Check.ge(1)),
@@ -56,14 +64,31 @@ TRAJECTORIES = pa.DataFrameSchema(
     name="trajectories",
 )
 
+DECISION_COLUMNS = {
+    "traj_id": pa.Column(str),
+    "t": pa.Column(int, pa.Check.ge(0)),
+    "prompt": pa.Column(str, pa.Check.str_length(min_value=1)),
+    "legal": pa.Column(object, pa.Check(lambda s: s.map(_is_str_list), error="non-empty list")),
+    "chosen": pa.Column(int, pa.Check.ge(0)),
+    "action": pa.Column(str),
+}
+"""The columns of a decision of any method: its prompt, the legal strings and the choice."""
+
+CHOICE_CHECKS = [
+    pa.Check(
+        lambda df: df.apply(lambda r: r["chosen"] < len(r["legal"]), axis=1),
+        error="chosen index within the legal set",
+    ),
+    pa.Check(
+        lambda df: df.apply(lambda r: r["legal"][r["chosen"]] == r["action"], axis=1),
+        error="action equals legal[chosen]",
+    ),
+]
+"""The choice is one of the decision's legal strings."""
+
 DECISIONS = pa.DataFrameSchema(
     {
-        "traj_id": pa.Column(str),
-        "t": pa.Column(int, pa.Check.ge(0)),
-        "prompt": pa.Column(str, pa.Check.str_length(min_value=1)),
-        "legal": pa.Column(object, pa.Check(lambda s: s.map(_is_str_list), error="non-empty list")),
-        "chosen": pa.Column(int, pa.Check.ge(0)),
-        "action": pa.Column(str),
+        **DECISION_COLUMNS,
         "forced": pa.Column(bool),
         "features": pa.Column(
             object, pa.Check(lambda s: s.map(_is_feature_vector), error="30 features in [0,1]")
@@ -71,18 +96,9 @@ DECISIONS = pa.DataFrameSchema(
         "value": pa.Column(float, pa.Check.in_range(0.0, 1.0)),
         "exact_key": pa.Column(str),
         "coarse_key": pa.Column(str),
-        "logp_sample": pa.Column(float, _log_prob(1e-6)),
+        "logp_sample": pa.Column(float, log_prob(1e-6)),
     },
-    checks=[
-        pa.Check(
-            lambda df: df.apply(lambda r: r["chosen"] < len(r["legal"]), axis=1),
-            error="chosen index within the legal set",
-        ),
-        pa.Check(
-            lambda df: df.apply(lambda r: r["legal"][r["chosen"]] == r["action"], axis=1),
-            error="action equals legal[chosen]",
-        ),
-    ],
+    checks=CHOICE_CHECKS,
     strict=True,
     coerce=False,
     name="decisions",
@@ -106,8 +122,8 @@ RESCORED = pa.DataFrameSchema(
     {
         "traj_id": pa.Column(str),
         "t": pa.Column(int, pa.Check.ge(0)),
-        "logp_theta": pa.Column(float, _log_prob(1e-5)),
-        "logp_rho": pa.Column(float, _log_prob(1e-5)),
+        "logp_theta": pa.Column(float, log_prob(1e-5)),
+        "logp_rho": pa.Column(float, log_prob(1e-5)),
         "h_rho": pa.Column(object, pa.Check(lambda s: s.map(_is_float_list), error="h_ρ vector")),
     },
     strict=True,

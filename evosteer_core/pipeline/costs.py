@@ -252,7 +252,9 @@ def capped_episode_cost(cfg: RunConfig) -> float:
 def estimate(cfg: RunConfig, store: ArtifactStore, run_id: str) -> Estimate:
     """The estimate of ``cfg``'s run ``run_id``: from the run's measured steps in ``store``
     when it has any, else from the caps (:func:`episode_token_caps`; stage hours unknown)."""
-    from evosteer_core.pipeline.stage_io import STAGES  # tables and torch: only when estimating
+    from evosteer_core.pipeline.stage_io import method_of  # tables and torch: when estimating
+
+    stages = method_of(cfg).stages
 
     spend = run_spend(cfg, store, run_id)
     measured = tuple(spend.steps)
@@ -264,7 +266,7 @@ def estimate(cfg: RunConfig, store: ArtifactStore, run_id: str) -> Estimate:
             k: Figure(sum(getattr(u.tokens, k) for u in usages) / n, basis) for k in TOKEN_KINDS
         }
         stage_hours: dict[str, tuple[str, Figure | None]] = {}
-        for stage in STAGES:
+        for stage in stages:
             seen = [u.stage_seconds[stage.name] for u in usages if stage.name in u.stage_seconds]
             hours = Figure(sum(seen) / len(seen) / SECONDS_PER_HOUR, basis) if seen else None
             stage_hours[stage.name] = (pod_kind(cfg, stage.device), hours)
@@ -277,7 +279,7 @@ def estimate(cfg: RunConfig, store: ArtifactStore, run_id: str) -> Estimate:
         )
         caps = episode_token_caps(cfg)
         tokens = {k: Figure(float(episodes * caps[k]), basis) for k in TOKEN_KINDS}
-        stage_hours = {s.name: (pod_kind(cfg, s.device), None) for s in STAGES}
+        stage_hours = {s.name: (pod_kind(cfg, s.device), None) for s in stages}
         step_cost = Figure(episodes * capped_episode_cost(cfg), basis)
     return Estimate(
         run_id=run_id,

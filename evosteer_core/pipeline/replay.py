@@ -25,7 +25,7 @@ from evosteer_core.infra.artifacts import (
     RunIndex,
 )
 from evosteer_core.infra.config import RunConfig
-from evosteer_core.pipeline.stage_io import STEP_ARTIFACTS, TABLES, StepStore, read_table, run_step
+from evosteer_core.pipeline.stage_io import TABLES, StepStore, read_table, run_step, step_artifacts
 from evosteer_core.training.state import from_bytes
 
 
@@ -183,7 +183,7 @@ def replay_step(cfg: RunConfig, store: ArtifactStore, run_id: str, step: int) ->
         raise ValueError(f"step must be >= 1 (step 0 is the initial state), got {step}")
     index = RunIndex(store, run_id)
     recorded = index.step_artifacts(step)
-    missing = [n for n in STEP_ARTIFACTS if n not in recorded]
+    missing = [n for n in step_artifacts(cfg) if n not in recorded]
     if missing:
         raise MissingArtifactError(
             f"run {run_id} step {step} lacks recorded artifacts {missing} in {store.root}"
@@ -195,7 +195,7 @@ def replay_step(cfg: RunConfig, store: ArtifactStore, run_id: str, step: int) ->
         rollouts = {name: recorded[name] for name in ("trajectories", "decisions")}
     refs = run_step(cfg, StepStore(overlay), previous, step, rollouts)
     report = ReplayReport(run_id, step)
-    for name in STEP_ARTIFACTS:
+    for name in step_artifacts(cfg):
         report.verdicts.append(
             compare_artifact(name, store, recorded[name], overlay.get_bytes(refs[name]))
         )

@@ -32,7 +32,7 @@ from evosteer_core.infra.provenance import (
     code_summary,
 )
 from evosteer_core.infra.runs import CONFIG_ENTRY, config_hash, run_config, run_provenance
-from evosteer_core.pipeline.stage_io import STEP_ARTIFACTS, StepStore, step_metrics
+from evosteer_core.pipeline.stage_io import METHODS, StepStore, step_metrics
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -138,7 +138,7 @@ def run_history(store: ArtifactStore, run_id: str) -> pd.DataFrame:
     rows = []
     for step in index.steps():
         refs = index.step_artifacts(step)
-        if step >= 1 and {"value", "update", "skills"} <= refs.keys():
+        if step >= 1 and any(set(m.artifacts) <= refs.keys() for m in METHODS.values()):
             rows.append({"step": step, **step_metrics(io_, refs)})
     if not rows:
         raise LookupError(f"run {run_id} has no completed steps in {store.root}")
@@ -146,13 +146,19 @@ def run_history(store: ArtifactStore, run_id: str) -> pd.DataFrame:
 
 
 def artifact_hashes(store: ArtifactStore, run_id: str) -> pd.DataFrame:
-    """sha256 of every step artifact (``stage_io.STEP_ARTIFACTS``) per recorded step, '—'
-    where a step lacks one (step 0 holds only the initial state)."""
+    """sha256 of every step artifact of the run's method (``stage_io.METHODS``) per recorded
+    step, '—' where a step lacks one (step 0 holds only the initial state)."""
     index = RunIndex(store, run_id)
-    rows = {}
-    for step in index.steps():
-        refs = index.step_artifacts(step)
-        rows[step] = {name: refs[name].sha256 if name in refs else "—" for name in STEP_ARTIFACTS}
+    steps = {step: index.step_artifacts(step) for step in index.steps()}
+    recorded = set().union(*steps.values())
+    names = next(
+        (m.artifacts for m in METHODS.values() if set(m.artifacts) <= recorded),
+        METHODS["evosteer"].artifacts,
+    )
+    rows = {
+        step: {name: refs[name].sha256 if name in refs else "—" for name in names}
+        for step, refs in steps.items()
+    }
     return pd.DataFrame.from_dict(rows, orient="index").rename_axis("step")
 
 

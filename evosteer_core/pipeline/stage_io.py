@@ -23,6 +23,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
+from evosteer_core.collabflow.rollout import validate_collab_tables
+from evosteer_core.collabflow.rounds import (
+    RoundSession,
+    RoundUpdate,
+    init_round_state,
+    open_round,
+    round_checkpoint,
+    round_rollout,
+    round_update,
+)
 from evosteer_core.episode.budget import TokenUsage
 from evosteer_core.episode.rollout import rollout_health
 from evosteer_core.infra.artifacts import ArtifactRef, ArtifactStore
@@ -85,11 +95,15 @@ class StepStore:
         return read_table(self.store.get_bytes(ref))
 
     def get_rollouts(
-        self, trajectories: ArtifactRef, decisions: ArtifactRef
+        self,
+        trajectories: ArtifactRef,
+        decisions: ArtifactRef,
+        validate: Callable[[pd.DataFrame, pd.DataFrame], None] = validate_tables,
     ) -> tuple[pd.DataFrame, pd.DataFrame]:
-        """Both rollout tables, validated together (a violation raises the pandera report)."""
+        """Both rollout tables, validated together (a violation raises the pandera report);
+        ``validate``: the method's validation (:attr:`Method.validate_rollouts`)."""
         traj, dec = self.get_table(trajectories), self.get_table(decisions)
-        validate_tables(traj, dec)
+        validate(traj, dec)
         return traj, dec
 
     def put_object(self, obj: Any, name: str) -> ArtifactRef:
@@ -128,6 +142,10 @@ class StageCall:
     def session(self) -> Session:
         """A session on the previous state (opened by the stages that need live objects)."""
         return open_session(self.cfg, self.state)
+
+    def round(self) -> RoundSession:
+        """CollabFlow's live objects on the previous state."""
+        return open_round(self.cfg, self.state)
 
 
 @dataclass(frozen=True)
@@ -194,17 +212,83 @@ STAGES: tuple[Stage, ...] = (
 """The stages of a step in pipeline order; every layer (this module's :func:`run_step`, the
 Flyte tasks and the train workflow) runs a stage through this table, under its name."""
 
-STAGE_BY_NAME = {stage.name: stage for stage in STAGES}
-
 STEP_ARTIFACTS: tuple[str, ...] = tuple(name for stage in STAGES for name in stage.writes)
-"""The artifacts recorded per step in the run index, in the order the stages produce them."""
+"""The artifacts EvoSteer records per step in the run index, in the order the stages produce
+them (:func:`step_artifacts`: any method's)."""
+
+
+def _round_rollout(c: StageCall) -> dict[str, Any]:
+    out = round_rollout(c.round(), c.step, **c.options)
+    c.tokens.add(out.usage)
+    return {"trajectories": out.trajectories, "decisions": out.decisions}
+
+
+def _round_update(c: StageCall) -> dict[str, Any]:
+    update = round_update(
+        c.round(),
+        c.inputs["rollouts"],
+        c.state.actor_optimizer,
+        nonfinite_steps=c.state.nonfinite_steps,
+    )
+    return {"round": update}
+
+
+def _round_checkpoint(c: StageCall) -> dict[str, Any]:
+    return {"state": round_checkpoint(c.state, c.step, c.inputs["round"], seed=c.cfg.train.seed)}
+
+
+COLLABFLOW_STAGES: tuple[Stage, ...] = (
+    Stage("rollout", (), ROLLOUT_TABLES, _round_rollout, "gpu"),
+    Stage("update", ROLLOUT_TABLES, ("round",), _round_update, "gpu"),
+    Stage("checkpoint", ("round",), ("state",), _round_checkpoint, "cpu"),
+)
+"""A CollabFlow round (docs/collabflow.md §4): the director's teams built and run, the CTB
+update with the counters after it, the checkpoint. Stage names and pod kinds are EvoSteer's,
+so one Flyte task per name serves both methods."""
+
+
+@dataclass(frozen=True)
+class Method:
+    """What a ``method`` trains with: its stages in pipeline order, its step-0 state and the
+    validation of its rollout tables."""
+
+    stages: tuple[Stage, ...]
+    init: Callable[[RunConfig], TrainState]
+    validate_rollouts: Callable[[pd.DataFrame, pd.DataFrame], None]
+
+    @property
+    def artifacts(self) -> tuple[str, ...]:
+        """The artifacts recorded per step, in the order the stages produce them."""
+        return tuple(name for stage in self.stages for name in stage.writes)
+
+    def stage(self, name: str) -> Stage:
+        return next(s for s in self.stages if s.name == name)
+
+
+METHODS: dict[str, Method] = {
+    "evosteer": Method(STAGES, init_state, validate_tables),
+    "collabflow": Method(COLLABFLOW_STAGES, init_round_state, validate_collab_tables),
+}
+"""The one place a run's ``method`` selects its stages (keys: ``infra.config.METHODS``)."""
+
+
+def method_of(cfg: RunConfig) -> Method:
+    return METHODS[cfg.method]
+
+
+def step_artifacts(cfg: RunConfig) -> tuple[str, ...]:
+    """The artifacts a step of ``cfg``'s method records."""
+    return method_of(cfg).artifacts
+
 
 TABLES = (*ROLLOUT_TABLES, "rescored")
 
-_OBJECTS = {"value": ValueFit, "update": ActorUpdate, "skills": Validation}
+_OBJECTS = {"value": ValueFit, "update": ActorUpdate, "skills": Validation, "round": RoundUpdate}
 
 
-def _load_inputs(io_: StepStore, refs: Mapping[str, ArtifactRef], reads: tuple[str, ...]):
+def _load_inputs(
+    io_: StepStore, refs: Mapping[str, ArtifactRef], reads: tuple[str, ...], method: Method
+):
     """The typed inputs of a stage; tables are validated (rollouts together, rescored against
     the decisions)."""
     missing = [name for name in reads if name not in refs]
@@ -212,7 +296,8 @@ def _load_inputs(io_: StepStore, refs: Mapping[str, ArtifactRef], reads: tuple[s
         raise ValueError(f"stage inputs missing: {missing}")
     inputs: dict[str, Any] = {}
     if "trajectories" in reads:
-        inputs["rollouts"] = Rollouts(*io_.get_rollouts(refs["trajectories"], refs["decisions"]))
+        tables = io_.get_rollouts(refs["trajectories"], refs["decisions"], method.validate_rollouts)
+        inputs["rollouts"] = Rollouts(*tables)
     if "rescored" in reads:
         table = io_.get_table(refs["rescored"])
         validate_rescored(inputs["rollouts"].decisions, table)
@@ -245,11 +330,12 @@ def run_stage(
     and the inputs it reads from ``refs``, run it, store what it writes → {name: ref}.
     ``usage`` given: record what the stage used there (``pipeline/usage.py``; the pipeline's
     tasks do, the replay does not). ``options``: the rollout stage's ``shard`` and ``n_shards``."""
-    stage = STAGE_BY_NAME[name]
+    method = method_of(cfg)
+    stage = method.stage(name)
     _log.info("step %d: %s", step, name, extra={"stage": name, "step": step})
     started = time.perf_counter()
     seed_stage(cfg, step, name)
-    inputs = _load_inputs(io_, refs, stage.reads)
+    inputs = _load_inputs(io_, refs, stage.reads, method)
     call = StageCall(cfg, step, io_.get_state(state), inputs, dict(options))
     written = {out: _store_output(io_, out, value) for out, value in stage.run(call).items()}
     if usage is not None:
@@ -260,21 +346,22 @@ def run_stage(
 
 
 def init_artifacts(cfg: RunConfig, io_: StepStore) -> ArtifactRef:
-    """Step 0: the initial train state."""
+    """Step 0: the initial train state of the run's method."""
     seed_stage(cfg, 0, "init")
-    return io_.put_state(init_state(cfg))
+    return io_.put_state(method_of(cfg).init(cfg))
 
 
 def concat_rollouts(
-    io_: StepStore, shards: list[Mapping[str, ArtifactRef]]
+    cfg: RunConfig, io_: StepStore, shards: list[Mapping[str, ArtifactRef]]
 ) -> dict[str, ArtifactRef]:
     """Concatenate shard tables in shard order (one shard: the same refs back)."""
     if len(shards) == 1:
         return {name: shards[0][name] for name in ROLLOUT_TABLES}
-    tables = [io_.get_rollouts(s["trajectories"], s["decisions"]) for s in shards]
+    validate = method_of(cfg).validate_rollouts
+    tables = [io_.get_rollouts(s["trajectories"], s["decisions"], validate) for s in shards]
     traj = pd.concat([t for t, _ in tables], ignore_index=True)
     dec = pd.concat([d for _, d in tables], ignore_index=True)
-    validate_tables(traj, dec)
+    validate(traj, dec)
     return {
         "trajectories": io_.put_table(traj, "trajectories"),
         "decisions": io_.put_table(dec, "decisions"),
@@ -282,10 +369,11 @@ def concat_rollouts(
 
 
 def step_metrics(io_: StepStore, refs: Mapping[str, ArtifactRef]) -> dict[str, float]:
-    """The step's scalar metrics, read back from its value, update and skills artifacts, and
-    its rollout's health (``infra_failures``, ``healthy_fraction``) from the trajectories."""
+    """The step's scalar metrics, read back from its value, update and skills artifacts (a
+    CollabFlow round's: its round artifact), and its rollout's health (``infra_failures``,
+    ``healthy_fraction``) from the trajectories."""
     out: dict[str, float] = dict(rollout_health(io_.get_table(refs["trajectories"])))
-    for name in ("value", "update", "skills"):
+    for name in [n for n in ("value", "update", "skills", "round") if n in refs]:
         out.update({k: float(v) for k, v in io_.get_object(refs[name])["metrics"].items()})
     return out
 
@@ -303,10 +391,10 @@ def run_step(
     sampling (a remote executor's rollouts are the recorded truth; everything downstream is
     recomputed)."""
     refs: dict[str, ArtifactRef] = dict(rollouts or {})
-    for stage in STAGES:
+    for stage in method_of(cfg).stages:
         if not (rollouts and stage.name == "rollout"):
             refs.update(run_stage(cfg, io_, stage.name, state, step, refs))
-    return {name: refs[name] for name in STEP_ARTIFACTS}
+    return {name: refs[name] for name in step_artifacts(cfg)}
 
 
 TRACKING_FILES: tuple[str, ...] = (

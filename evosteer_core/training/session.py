@@ -164,7 +164,7 @@ class Session:
             step=step,
             renderer=self.cfg.policy.renderer,
             temperature=self.cfg.policy.temperature,
-            decision_clock=_decision_clock(self.world.executor),
+            decision_clock=decision_clock(self.world.executor),
             max_consecutive_failures=self.cfg.executor.max_consecutive_failures,
             min_healthy_fraction=self.cfg.executor.min_healthy_fraction,
             interleaved=not self.cfg.ablation.no_interleaving,
@@ -174,7 +174,7 @@ class Session:
         )
 
 
-def _decision_clock(executor: Executor) -> Callable[[int, int], float] | None:
+def decision_clock(executor: Executor) -> Callable[[int, int], float] | None:
     """The sim's simulated decision time (deterministic runs); None (measured) otherwise."""
     return executor.decision_seconds if isinstance(executor, SimExecutor) else None
 

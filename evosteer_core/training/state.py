@@ -33,13 +33,16 @@ class TrainState:
     rng_state: torch.Tensor | None = None
     nonfinite_steps: int = 0
     objective: dict[str, torch.Tensor] = field(default_factory=dict)
+    counters: dict[str, Any] = field(default_factory=dict)
 
     def to_bytes(self) -> bytes:
         """torch.save of the fields; ``objective`` only when the objective has learned state
-        (TB's log Z), so the states of runs whose objective has none keep their bytes."""
+        (TB's log Z) and ``counters`` only when there are any (CollabFlow), so the states of
+        runs without them keep their bytes."""
         data = asdict(self)
-        if not data["objective"]:
-            del data["objective"]
+        for name in ("objective", "counters"):
+            if not data[name]:
+                del data[name]
         buf = io.BytesIO()
         torch.save(data, buf)
         return buf.getvalue()

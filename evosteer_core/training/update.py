@@ -82,7 +82,7 @@ def update_stage(
     skipped = not (math.isfinite(out.metrics["loss"]) and math.isfinite(grad_norm))
     if skipped:
         step = int(trajectories["step"].iloc[0])
-        nonfinite_steps = _count_nonfinite_step(
+        nonfinite_steps = count_nonfinite_step(
             s.cfg, step, nonfinite_steps, out.metrics["loss"], grad_norm
         )
     else:
@@ -153,7 +153,7 @@ class NonFiniteStepsError(RuntimeError):
     """More update steps had a non-finite loss or gradient than ``train.max_nonfinite_steps``."""
 
 
-def _count_nonfinite_step(
+def count_nonfinite_step(
     cfg: RunConfig, step: int, before: int, loss: float, grad_norm: float
 ) -> int:
     """The run's count of skipped steps including this one; past the limit the run stops."""

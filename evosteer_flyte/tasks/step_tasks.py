@@ -52,7 +52,7 @@ def init_run(spec: RunSpec, config_yaml: str) -> ArtifactRef:
 
 
 Refs = dict[str, ArtifactRef]
-"""A step's artifacts so far, by name (``stage_io.STEP_ARTIFACTS``): a stage task reads the
+"""A step's artifacts so far, by name (``stage_io.step_artifacts``): a stage task reads the
 ones its stage reads and returns them all plus the ones it wrote, so the workflow chains the
 stages without taking promises apart."""
 
@@ -71,7 +71,7 @@ def _run_stage(
 def gpu_stage(
     spec: RunSpec, config_yaml: str, stage: str, step: int, state: ArtifactRef, refs: Refs
 ) -> Refs:
-    """A stage of a training step on a GPU pod (``stage_io.STAGES``; the policy's passes)."""
+    """A stage of a training step on a GPU pod (``stage_io.METHODS``; the policy's passes)."""
     return _run_stage(spec, config_yaml, stage, step, state, refs)
 
 
@@ -80,13 +80,17 @@ def gpu_stage(
 def cpu_stage(
     spec: RunSpec, config_yaml: str, stage: str, step: int, state: ArtifactRef, refs: Refs
 ) -> Refs:
-    """A stage of a training step on a CPU pod (``stage_io.STAGES``)."""
+    """A stage of a training step on a CPU pod (``stage_io.METHODS``)."""
     return _run_stage(spec, config_yaml, stage, step, state, refs)
 
 
-STAGE_TASKS = {s.name: gpu_stage if s.device == "gpu" else cpu_stage for s in stage_io.STAGES}
-"""The task that runs each entry of ``stage_io.STAGES``, by the stage's pod kind (the stage's
-name is an input, and the node's name in the workflow)."""
+STAGE_TASKS = {
+    s.name: gpu_stage if s.device == "gpu" else cpu_stage
+    for method in stage_io.METHODS.values()
+    for s in method.stages
+}
+"""The task that runs each stage of every method (``stage_io.METHODS``), by the stage's pod
+kind (the stage's name is an input, and the node's name in the workflow)."""
 
 
 @task(**GPU_TASK)
@@ -108,7 +112,7 @@ def rollout_shard(
 @infrastructure_is_recoverable()
 def gather_rollouts(spec: RunSpec, config_yaml: str, shards: list[Refs]) -> Refs:
     """Concatenate shard tables in shard order (validated)."""
-    _, io = load(spec, config_yaml)
+    cfg, io = load(spec, config_yaml)
     for i, refs in enumerate(shards):
         require_stored(io.store, refs, f"rollout shard {i}")
-    return stage_io.concat_rollouts(io, shards)
+    return stage_io.concat_rollouts(cfg, io, shards)

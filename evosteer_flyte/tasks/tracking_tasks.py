@@ -101,7 +101,7 @@ def record_init(
 def record_step(
     spec: RunSpec, config_yaml: str, mlflow_run: str, step: int, refs: dict[str, ArtifactRef]
 ) -> ArtifactRef:
-    """Record every artifact of ``step`` (``refs``: ``stage_io.STEP_ARTIFACTS`` by name) in the
+    """Record every artifact of ``step`` (``refs``: ``stage_io.step_artifacts`` by name) in the
     run index and log the step to MLflow once (``stage_io.track_step``): metrics (with the
     step's cost and the spend so far, ``costs.run_spend``), the adapter (a PEFT folder) and
     heads, the skill library version and the test ledger (JSON), and the artifact hashes as

@@ -23,7 +23,7 @@ from evosteer_core.infra.artifacts import ArtifactRef, open_store, store_id
 from evosteer_core.infra.config import RunConfig, config_from_dict
 from evosteer_core.infra.configio import parse_yaml
 from evosteer_core.pipeline.costs import require_priced
-from evosteer_core.pipeline.stage_io import STAGES
+from evosteer_core.pipeline.stage_io import method_of
 from evosteer_core.training.warm_start import warm_start_key, with_warm_start
 from evosteer_flyte.tasks.errors import infrastructure_is_recoverable
 from evosteer_flyte.tasks.resources import CPU_IMAGE, LIGHT_RESOURCES, RETRIES
@@ -77,12 +77,13 @@ def train_chunk(
     state: ArtifactRef,
     rollout_shards: int,
 ) -> ArtifactRef:
-    """Steps ``first..last``: each step's stage tasks in ``stage_io.STAGES`` order, then its
-    run-index/MLflow record."""
+    """Steps ``first..last``: each step's stage tasks in the order of the method's stage
+    table (``stage_io.METHODS``), then its run-index/MLflow record."""
+    stages = method_of(config_from_dict(parse_yaml(config_yaml, "<config_yaml>"))).stages
     for step in range(first, last + 1):
         common = dict(spec=spec, config_yaml=config_yaml, step=step, state=state)
         refs: dict = {}
-        for stage in STAGES:  # each stage task returns the step's artifacts so far
+        for stage in stages:  # each stage task returns the step's artifacts so far
             if stage.name == "rollout" and rollout_shards > 1:
                 per_shard = map_task(
                     functools.partial(rollout_shard, **common, n_shards=rollout_shards)
