@@ -57,9 +57,7 @@ def component_features(component: BuildAction, team: Team, full_size: int) -> li
     return x
 
 
-def unbuilding(
-    team: Team, order: Sequence[BuildAction]
-) -> tuple[list[list[list[float]]], list[int]]:
+def unbuilding(team: Team, order: Sequence[BuildAction]) -> tuple[list[list[list[float]]], list[int]]:
     """The backward choices that unbuild ``team`` along the reverse of ``order`` (its
     construction actions without ``stop``): per step, the features of every removable
     component (in ``removable``'s order) and the index of the one removed.

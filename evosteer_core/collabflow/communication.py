@@ -37,9 +37,7 @@ def agent_order(team: Team) -> list[str]:
         ready = [
             a
             for a in remaining
-            if not any(
-                e.target == a and e.source in remaining and e.source != a for e in team.edges
-            )
+            if not any(e.target == a and e.source in remaining and e.source != a for e in team.edges)
         ]
         nxt = min(ready) if ready else min(remaining)
         order.append(nxt)
@@ -131,9 +129,7 @@ def communicate(
             if state == before:
                 break
     except BudgetExhausted:
-        return CommunicationResult(
-            state, tuple(rows), done + 1, stopped="execution budget exhausted"
-        )
+        return CommunicationResult(state, tuple(rows), done + 1, stopped="execution budget exhausted")
     return CommunicationResult(state, tuple(rows), done)
 
 

@@ -90,9 +90,7 @@ def _check(row: int, traj: CTBTrajectory) -> None:
         if step.legal_logp.dim() != 1 or step.ref_legal_logp.shape != step.legal_logp.shape:
             raise ValueError(f"trajectory {row} decision {t}: legal log-probs must be [A] each")
         if not 0 <= step.chosen < n:
-            raise ValueError(
-                f"trajectory {row} decision {t}: chosen {step.chosen} not in 0..{n - 1}"
-            )
+            raise ValueError(f"trajectory {row} decision {t}: chosen {step.chosen} not in 0..{n - 1}")
 
 
 def _pad(values: Sequence[Tensor], shape: tuple[int, ...], fill: float = 0.0) -> Tensor:

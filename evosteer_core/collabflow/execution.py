@@ -194,9 +194,7 @@ class _TeamRun:
         result = self.executor.run_node(request)
         self.ledger.charge_node(result, agent)
         self.trace.append(
-            CallRecord(
-                agent, kind, result.status, result.tokens_in, result.tokens_out, result.answer
-            )
+            CallRecord(agent, kind, result.status, result.tokens_in, result.tokens_out, result.answer)
         )
         if result.status == "infra_failure":
             self.stopped = f"{agent} hit an infrastructure failure ({result.failure_kind})"
@@ -219,9 +217,7 @@ class _TeamRun:
         return self._correct[key]
 
     # --- communication ------------------------------------------------------------------
-    def revise(
-        self, agent: str, receiver: Holding, sender: Holding, protocol: str
-    ) -> Holding | None:
+    def revise(self, agent: str, receiver: Holding, sender: Holding, protocol: str) -> Holding | None:
         """One bounded tool-free revision of ``agent``'s candidate given the sender's; the new
         version keeps only the pooled records that still apply to it."""
         ran = self.call(
@@ -367,9 +363,7 @@ def _execute_stateful(run: _TeamRun) -> TeamOutcome:
     team, task = run.team, run.task
     writer = next(a for a in agent_order(team) if run.spec.profile(a).mode == "executor")
     advisors = [
-        a
-        for a in agent_order(team)
-        if any(e.source == a and e.target == writer for e in team.edges)
+        a for a in agent_order(team) if any(e.source == a and e.target == writer for e in team.edges)
     ]
     env = run.executor.make_environment(task, run.seed_key)
     run.environment = env

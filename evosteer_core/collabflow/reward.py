@@ -114,14 +114,10 @@ class ReliabilityCounters:
         counts: dict[str, tuple[int, int]] = {}
         for key, value in data.get("counts", {}).items():
             if not (isinstance(value, list | tuple) and len(value) == 2):
-                raise ValueError(
-                    f"reliability counters: entry {key!r} must be [s, n], got {value!r}"
-                )
+                raise ValueError(f"reliability counters: entry {key!r} must be [s, n], got {value!r}")
             s, n = int(value[0]), int(value[1])
             if not 0 <= s <= n:
-                raise ValueError(
-                    f"reliability counters: entry {key!r} needs 0 <= s <= n, got {value!r}"
-                )
+                raise ValueError(f"reliability counters: entry {key!r} needs 0 <= s <= n, got {value!r}")
             counts[key] = (s, n)
         return cls(counts=counts, counted=set(data.get("counted", [])))
 
@@ -167,3 +163,4 @@ def team_reward(
         raise ValueError(f"team reward: r_ans must be in [0, 1], got {r_ans}")
     prior = math.exp(-mdl_lambda * relative_code_length(team, spec))
     return eps_min + r_ans * snapshot.posterior(team.team_hash(), cluster) * prior
+

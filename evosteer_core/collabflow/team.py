@@ -122,9 +122,7 @@ class Team:
 
     def size(self) -> int:
         """Number of components (agents, edges, bindings, the output): the actions to build it."""
-        return (
-            len(self.agents) + len(self.edges) + len(self.bindings) + int(self.output is not None)
-        )
+        return len(self.agents) + len(self.edges) + len(self.bindings) + int(self.output is not None)
 
     def references(self, agent: str) -> bool:
         """Whether any edge, binding or the output refers to ``agent``."""
@@ -147,9 +145,7 @@ class BuildAction:
         if self.kind not in KINDS:
             raise ValueError(f"unknown construction action kind {self.kind!r}; expected {KINDS}")
         if len(self.args) not in arity.get(self.kind, (0,)):
-            raise ValueError(
-                f"{self.kind} takes {arity.get(self.kind, (0,))} arguments, got {self.args}"
-            )
+            raise ValueError(f"{self.kind} takes {arity.get(self.kind, (0,))} arguments, got {self.args}")
 
     def text(self) -> str:
         return "stop" if self.kind == "stop" else f"{self.kind}({', '.join(self.args)})"
