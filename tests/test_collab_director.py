@@ -17,6 +17,7 @@ from evosteer_core.collabflow.construction import (
     ConstructionLedger,
     construct,
     construction_budget,
+    execution_limits,
 )
 from evosteer_core.collabflow.director import (
     DirectorView,
@@ -25,7 +26,6 @@ from evosteer_core.collabflow.director import (
     sample_index,
     scoring_tokens,
 )
-from evosteer_core.collabflow.execution import execution_limits
 from evosteer_core.collabflow.team import (
     STOP,
     BuildAction,
@@ -291,7 +291,7 @@ def test_budget_split_never_borrows(b_total: int, frac: float, charges: list[int
             "collabflow": {"construction_tokens": b_con},
         }
     )
-    exec_before = execution_limits(cfg.budget, cfg.collabflow)
+    exec_before = execution_limits(cfg)
     assert exec_before.total_tokens + construction_budget(cfg).tokens == b_total
     ledger = ConstructionLedger(construction_budget(cfg))
     for charge in charges:
@@ -303,7 +303,7 @@ def test_budget_split_never_borrows(b_total: int, frac: float, charges: list[int
             with pytest.raises(ValueError):
                 ledger.charge(charge, 0.0)
         assert 0 <= ledger.tokens <= b_con
-    assert execution_limits(cfg.budget, cfg.collabflow) == exec_before
+    assert execution_limits(cfg) == exec_before
 
 
 def test_collabflow_config_needs_an_execution_budget() -> None:

@@ -4,7 +4,7 @@
 Construction and execution have separate budgets. B_con (``collabflow.construction_tokens``)
 pays for the director's scoring passes — each decision is charged its prompt and every legal
 string it scores — and B_exec = ``budget.total_tokens`` − B_con is what the team's execution
-gets (``execution.execution_limits``); construction can never spend past B_con, so it never takes
+gets (:func:`execution_limits`); construction can never spend past B_con, so it never takes
 from execution. A decision is charged before it runs: when its tokens do not fit in what is
 left of B_con, or it runs past ``budget.decision_deadline_s``, or the construction past
 ``budget.wall_time_s``, the construction aborts (†) with the reason, and an aborted
@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -28,6 +28,7 @@ from evosteer_core.collabflow.director import (
     scoring_tokens,
 )
 from evosteer_core.collabflow.team import STOP, BuildAction, Team, TeamSpec, apply, legal_actions
+from evosteer_core.episode.budget import BudgetLimits
 from evosteer_core.episode.roles import Catalogue
 from evosteer_core.infra.config import RunConfig
 from evosteer_core.infra.seeding import torch_generator
@@ -56,6 +57,14 @@ def construction_budget(cfg: RunConfig) -> ConstructionBudget:
         deadline_s=cfg.budget.decision_deadline_s,
         wall_s=cfg.budget.wall_time_s,
     )
+
+
+def execution_limits(cfg: RunConfig) -> BudgetLimits:
+    """The execution's limits: the episode's ``budget`` with B_exec = B_total − B_con tokens."""
+    if cfg.collabflow is None:
+        raise ValueError("execution_limits: method collabflow has no collabflow section")
+    b_exec = cfg.budget.total_tokens - cfg.collabflow.construction_tokens
+    return replace(cfg.budget, total_tokens=b_exec)
 
 
 @dataclass

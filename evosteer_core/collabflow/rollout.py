@@ -23,9 +23,11 @@ from evosteer_core.collabflow.construction import (
     Construction,
     construct,
     construction_budget,
+    execution_limits,
 )
-from evosteer_core.collabflow.execution import TeamOutcome, execute_team, execution_limits
-from evosteer_core.collabflow.team import Profile, TeamSpec, team_spec
+from evosteer_core.collabflow.context import task_spec
+from evosteer_core.collabflow.execution import TeamOutcome, execute_team
+from evosteer_core.collabflow.team import TeamSpec
 from evosteer_core.episode.actions import canonical_json
 from evosteer_core.episode.budget import BudgetLedger, TokenUsage
 from evosteer_core.episode.records import TaskRecord
@@ -67,12 +69,11 @@ class CollabPlan:
 
 @dataclass(frozen=True)
 class CollabContext:
-    """What a batch of episodes shares: the run config, the profiles, the executor, the
+    """What a batch of episodes shares: the run config, the role catalogue, the executor, the
     reward, the run seed and step, and the decision clock (the sim's; None: measured)."""
 
     cfg: RunConfig
     catalogue: Catalogue
-    profiles: tuple[Profile, ...]
     executor: Executor
     evaluator: Evaluator
     run_seed: int
@@ -97,18 +98,9 @@ class CollabEpisode:
 
 
 def spec_for(record: TaskRecord, ctx: CollabContext) -> TeamSpec:
-    """The construction space of ``record``: its family's compatible profiles under the
-    ``collabflow`` caps."""
-    c = ctx.cfg.collabflow
-    assert c is not None  # method collabflow
-    return team_spec(
-        record.family,
-        ctx.catalogue.family(record.family).interactive,
-        ctx.profiles,
-        max_agents=c.max_agents,
-        max_edges=c.max_edges,
-        max_skills_per_agent=c.max_skills_per_agent,
-    )
+    """The construction space of ``record`` (``context.task_spec``; no skills offered)."""
+    assert ctx.cfg.collabflow is not None  # method collabflow
+    return task_spec(ctx.cfg.collabflow, record.family, ctx.catalogue)
 
 
 def run_episode(policy: Policy, plan: CollabPlan, ctx: CollabContext) -> CollabEpisode:
@@ -134,7 +126,7 @@ def run_episode(policy: Policy, plan: CollabPlan, ctx: CollabContext) -> CollabE
         spec,
         record,
         ctx.executor,
-        BudgetLedger(execution_limits(cfg.budget, cfg.collabflow)),
+        BudgetLedger(execution_limits(cfg)),
         (ctx.run_seed, key),
         cfg.collabflow,
         catalogue=ctx.catalogue,

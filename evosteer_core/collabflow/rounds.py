@@ -17,7 +17,7 @@ counters; the stages run through the pipeline's per-method stage table
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import pandas as pd
 import torch
@@ -34,18 +34,15 @@ from evosteer_core.collabflow.reward import (
 )
 from evosteer_core.collabflow.rollout import (
     CollabContext,
-    CollabEpisode,
     CollabPlan,
     episode_usage,
     rollout_tables,
     run_episodes,
     spec_for,
 )
-from evosteer_core.collabflow.team import BuildAction, decode, default_profiles
+from evosteer_core.collabflow.team import BuildAction, decode
 from evosteer_core.episode.budget import TokenUsage
-from evosteer_core.episode.records import TaskRecord
 from evosteer_core.episode.world import World, build_world
-from evosteer_core.evaluation.rows import CHECKPOINT, COLUMNS, UNTRAINED, RowError
 from evosteer_core.infra.config import RunConfig
 from evosteer_core.infra.seeding import derive_seed
 from evosteer_core.objectives import Objective, TrajectoryBatch, objective_from_config
@@ -73,7 +70,6 @@ class RoundSession:
         return CollabContext(
             cfg=self.cfg,
             catalogue=w.catalogue,
-            profiles=default_profiles(),
             executor=w.executor,
             evaluator=w.evaluator if evaluation else w.train_evaluator,
             run_seed=self.cfg.train.seed,
@@ -304,50 +300,3 @@ def round_checkpoint(state: TrainState, step: int, update: RoundUpdate, *, seed:
         objective=update.objective,
         counters=update.counters,
     )
-
-
-def evaluation_rows(
-    s: RoundSession, row: str, records: list[TaskRecord], runs: int, tag: str
-) -> pd.DataFrame:
-    """The row table (``evaluation.rows.COLUMNS``) of the frozen director of ``s`` on
-    ``records``: ``checkpoint`` (θ) or ``untrained`` (ρ), ``runs`` runs each; run k of tag T
-    uses the run seed ``derive_seed(train.seed, "T/k")``, as EvoSteer's rows do. An aborted
-    construction scores 0 (no answer)."""
-    if row not in (CHECKPOINT, UNTRAINED):
-        raise RowError(
-            f"evaluation row {row!r}: a collabflow run evaluates its director "
-            f"({CHECKPOINT}, {UNTRAINED})"
-        )
-    arm = "theta" if row == CHECKPOINT else "rho"
-    plans = [CollabPlan(r, arm, 0, evaluation=True) for r in records]
-    out = []
-    for k in range(runs):
-        seed = derive_seed(s.cfg.train.seed, f"{tag}/{k}")
-        ctx = replace(s.context(0, evaluation=True), run_seed=seed)
-        out += [_row(row, k, ep) for ep in run_episodes(s.director.policy, plans, ctx)]
-    return pd.DataFrame(out, columns=list(COLUMNS))
-
-
-def _row(row: str, run: int, ep: CollabEpisode) -> dict:
-    con = ep.construction.tokens
-    led = None if ep.outcome is None else ep.outcome.ledger
-    ex_in, ex_out = (0, 0) if led is None else (led.tokens_in, led.tokens_out)
-    return {
-        "row": row,
-        "run": run,
-        "record_id": ep.plan.record.record_id,
-        "family": ep.plan.record.family,
-        "reward": ep.r_ans,
-        "healthy": ep.outcome is None
-        or not any(c.status == "infra_failure" for c in ep.outcome.calls),
-        "complete": not ep.construction.aborted,
-        "n_actions": len(ep.construction.steps),
-        "model_calls": 0 if led is None else led.model_calls,
-        "tokens": con + ex_in + ex_out,
-        "tokens_in": con + ex_in,
-        "tokens_out": ex_out,
-        "orchestrator_tokens_in": con,
-        "orchestrator_tokens_out": 0,
-        "executor_tokens_in": ex_in,
-        "executor_tokens_out": ex_out,
-    }

@@ -9,7 +9,6 @@ from typing import Any
 import pandas as pd
 
 from evosteer_core.benchmarks.loaders import load_benchmark
-from evosteer_core.collabflow.rounds import evaluation_rows, open_round
 from evosteer_core.episode.records import FAMILIES, TaskRecord
 from evosteer_core.episode.rollout import EpisodePlan, collect_rollouts
 from evosteer_core.episode.world import load_records, stage_records
@@ -98,9 +97,5 @@ def evaluate_row(
     searched: Mapping[str, Any] | None = None,
 ) -> pd.DataFrame:
     """The row table of one evaluation row on one benchmark (tag ``eval/<benchmark>``, so all
-    rows of a benchmark are paired; ``evaluation.rows``); a collabflow run's rows are its
-    director's (``collabflow.rounds.evaluation_rows``)."""
-    tag = f"eval/{benchmark}"
-    if cfg.method == "collabflow":
-        return evaluation_rows(open_round(cfg, state), row, records, runs, tag)
-    return row_rollouts(open_session(cfg, state), row, records, runs, tag, searched)
+    rows of a benchmark are paired; ``evaluation.rows``)."""
+    return row_rollouts(open_session(cfg, state), row, records, runs, f"eval/{benchmark}", searched)

@@ -185,12 +185,16 @@ def open_session(cfg: RunConfig, state: TrainState, world: World | None = None) 
     policy = build_orchestrator(cfg)
     policy.load_adapter_state(state.adapter)
     value = ValueHead(seed=derive_seed(seed, "value_head"))
-    value.load_state_dict(state.value_head)
-    value.eval()
     flow = FlowCorrection(policy.hidden_size, seed=derive_seed(seed, "flow_head"))
-    flow.load_state_dict(state.flow_head)
     outcome = OutcomeHeads(policy.hidden_size, seed=derive_seed(seed, "outcome_heads"))
-    outcome.load_state_dict(state.outcome_heads)
+    for head, saved in (
+        (value, state.value_head),
+        (flow, state.flow_head),
+        (outcome, state.outcome_heads),
+    ):
+        if saved:  # a CollabFlow state has no heads (collabflow.rounds): they stay fresh
+            head.load_state_dict(saved)
+    value.eval()
     acfg = anchor_config(cfg)
     check_anchor_constants(state, acfg)
     world = world or build_world(cfg)
