@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import pandas as pd
 import torch
 
-from evosteer_core.collabflow.ctb_batch import ConstructionStep, CTBTrajectory, ctb_batch
+from evosteer_core.collabflow.ctb_batch import CTBTrajectory, ScoredDecision, ctb_batch
 from evosteer_core.collabflow.director import legal_logprobs
 from evosteer_core.collabflow.reward import (
     CounterSnapshot,
@@ -202,7 +202,7 @@ class RoundBatch:
                     if len(legal) > 1
                     else torch.zeros(1)
                 )
-                steps.append(ConstructionStep(theta.cpu(), ref_t, int(chosen)))
+                steps.append(ScoredDecision(theta.cpu(), ref_t, int(chosen)))
             reward = team_reward(
                 float(row.r_ans),
                 team,
