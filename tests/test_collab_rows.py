@@ -290,3 +290,27 @@ def test_a_tiny_experiment_puts_evosteer_and_collabflow_side_by_side(tmp_path, m
         assert cells[1] == str(len(FAMILIES))  # one held-out task per family, one run
         total, t_in, t_out = map(float, cells[2:5])
         assert total == pytest.approx(t_in + t_out, abs=0.15) and total > 0
+
+
+def test_without_recursion_a_round_trains_the_director_but_counts_nothing(tmp_path):
+    from evosteer_core.collabflow.reward import ReliabilityCounters
+    from evosteer_core.collabflow.rounds import (
+        init_round_state,
+        open_round,
+        round_rollout,
+        round_update,
+    )
+    from tests.test_collab_rounds import small
+
+    for recursion in (True, False):
+        cfg = small(tmp_path / str(recursion), **{"collabflow.recursion": recursion})
+        state = init_round_state(cfg)
+        s = open_round(cfg, state)
+        rollouts = round_rollout(s, 1)
+        assert not rollouts.trajectories["aborted"].all()
+        update = round_update(s, rollouts, state.actor_optimizer)
+        counted = update.counters != ReliabilityCounters().to_dict()
+        assert counted == recursion and update.metrics["new_outcomes"] == (
+            update.metrics["n_trajectories"] if recursion else 0
+        )
+        assert update.actor_optimizer is not state.actor_optimizer  # the director still trains

@@ -263,7 +263,8 @@ def round_update(
         metrics.update(
             out.metrics, grad_norm=grad_norm, team_reward=sum(source.rewards) / len(source.rewards)
         )
-    new = s.counters.update(round_outcomes(trained))
+    recursion = s.cfg.collabflow is None or s.cfg.collabflow.recursion  # −recursion: §5
+    new = s.counters.update(round_outcomes(trained)) if recursion else 0
     metrics.update(
         reward_theta=float(traj["r_ans"].mean()),
         abort_rate=float(traj["aborted"].mean()),
