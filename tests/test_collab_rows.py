@@ -11,6 +11,7 @@ from dataclasses import replace
 from itertools import combinations
 
 import pytest
+import torch
 
 from evosteer_core.collabflow.baselines import BASELINES, baseline_actions, baseline_team
 from evosteer_core.collabflow.construction import ConstructionBudget, construct
@@ -292,8 +293,10 @@ def test_a_tiny_experiment_puts_evosteer_and_collabflow_side_by_side(tmp_path, m
         assert total == pytest.approx(t_in + t_out, abs=0.15) and total > 0
 
 
-def test_without_recursion_a_round_trains_the_director_but_counts_nothing(tmp_path):
-    from evosteer_core.collabflow.reward import ReliabilityCounters
+def test_without_recursion_the_director_is_trained_once_and_never_again(tmp_path):
+    """−recursion (the paper's ablation): round 1 updates the director; a later round
+    collects and counts but leaves the adapter, log Z, b_φ and the optimizer as they were;
+    with recursion the later round trains too."""
     from evosteer_core.collabflow.rounds import (
         init_round_state,
         open_round,
@@ -306,11 +309,16 @@ def test_without_recursion_a_round_trains_the_director_but_counts_nothing(tmp_pa
         cfg = small(tmp_path / str(recursion), **{"collabflow.recursion": recursion})
         state = init_round_state(cfg)
         s = open_round(cfg, state)
-        rollouts = round_rollout(s, 1)
-        assert not rollouts.trajectories["aborted"].all()
-        update = round_update(s, rollouts, state.actor_optimizer)
-        counted = update.counters != ReliabilityCounters().to_dict()
-        assert counted == recursion and update.metrics["new_outcomes"] == (
-            update.metrics["n_trajectories"] if recursion else 0
+        first = round_update(s, round_rollout(s, 1), state.actor_optimizer)
+        assert first.metrics["retrained"] == 1.0
+        assert first.actor_optimizer is not state.actor_optimizer  # round 1 always trains
+        adapter = {k: v.clone() for k, v in s.director.adapter_state().items()}
+        objective = {k: v.clone() for k, v in s.objective.state_dict().items()}
+        second = round_update(s, round_rollout(s, 2), first.actor_optimizer)
+        assert second.metrics["new_outcomes"] > 0  # outcomes are counted either way
+        same = all(torch.equal(adapter[k], v) for k, v in second.adapter.items()) and all(
+            torch.equal(objective[k], v) for k, v in second.objective.items()
         )
-        assert update.actor_optimizer is not state.actor_optimizer  # the director still trains
+        assert same == (not recursion)
+        assert (second.actor_optimizer is first.actor_optimizer) == (not recursion)
+        assert second.metrics["retrained"] == float(recursion)

@@ -237,7 +237,8 @@ def round_update(
     s: RoundSession, rollouts: Rollouts, optimizer_state: dict, *, nonfinite_steps: int = 0
 ) -> RoundUpdate:
     """CTB on the round's valid constructions (rewards from the pre-batch counters), one
-    AdamW step (skipped for an empty batch or a non-finite loss), then the counters count the
+    AdamW step (skipped for an empty batch, a non-finite loss, or — ablation −recursion,
+    ``collabflow.recursion: false`` — any round after the first), then the counters count the
     batch's outcomes."""
     traj, dec = rollouts.trajectories, rollouts.decisions
     step = int(traj["step"].iloc[0])
@@ -247,14 +248,18 @@ def round_update(
     opt.load_state_dict(optimizer_state)
     opt.zero_grad(set_to_none=True)
     metrics: dict[str, float] = {}
-    skipped = trained.empty
-    if not trained.empty:
+    recursion = s.cfg.collabflow is None or s.cfg.collabflow.recursion
+    retrain = recursion or step == 1  # −recursion: trained in round 1, never again (§5)
+    skipped = trained.empty or not retrain
+    nonfinite = False
+    if not skipped:
         source = RoundBatch(s, trained, dec, snapshot)
         out = s.objective.accumulate(source)
         params = s.director.trainable_parameters() + list(s.objective.parameters())
         grad_norm = float(torch.nn.utils.clip_grad_norm_(params, s.cfg.train.grad_clip))
-        skipped = not (math.isfinite(out.metrics["loss"]) and math.isfinite(grad_norm))
-        if skipped:
+        nonfinite = not (math.isfinite(out.metrics["loss"]) and math.isfinite(grad_norm))
+        skipped = nonfinite
+        if nonfinite:
             nonfinite_steps = count_nonfinite_step(
                 s.cfg, step, nonfinite_steps, out.metrics["loss"], grad_norm
             )
@@ -263,8 +268,7 @@ def round_update(
         metrics.update(
             out.metrics, grad_norm=grad_norm, team_reward=sum(source.rewards) / len(source.rewards)
         )
-    recursion = s.cfg.collabflow is None or s.cfg.collabflow.recursion  # −recursion: §5
-    new = s.counters.update(round_outcomes(trained)) if recursion else 0
+    new = s.counters.update(round_outcomes(trained))
     metrics.update(
         reward_theta=float(traj["r_ans"].mean()),
         abort_rate=float(traj["aborted"].mean()),
@@ -272,7 +276,8 @@ def round_update(
         unique_teams=float(trained["team_hash"].nunique()),
         new_outcomes=float(new),
         construction_tokens=float(traj["construction_tokens"].mean()),
-        nonfinite_skipped=float(skipped and not trained.empty),
+        nonfinite_skipped=float(nonfinite),
+        retrained=float(retrain and not trained.empty),
         nonfinite_steps=float(nonfinite_steps),
     )
     return RoundUpdate(

@@ -569,8 +569,8 @@ class CollabFlowConfig:
     ``fixed_team`` (None, a team of ``collabflow/baselines.py`` that replaces construction in
     every episode, or ``best``: per family the team that scores best on the training tasks), ``communication`` (False: the team runs with no message and no gate,
     its output rule kept), ``protocols`` (the edge protocols construction may use; ``[one_way]``
-    is the all-OneWay row), ``recursion`` (False: the reliability counters are never
-    incremented, so every round's team reward reads the empty snapshot).
+    is the all-OneWay row), ``recursion`` (False: the director is trained in the first
+    round only and never retrained on later rounds' outcomes).
     """
 
     max_agents: int = 4
