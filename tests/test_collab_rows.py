@@ -322,3 +322,24 @@ def test_without_recursion_the_director_is_trained_once_and_never_again(tmp_path
         assert same == (not recursion)
         assert (second.actor_optimizer is first.actor_optimizer) == (not recursion)
         assert second.metrics["retrained"] == float(recursion)
+
+
+def test_a_trained_collabflow_cells_costs_come_from_its_round_artifact(tmp_path):
+    """A trained CollabFlow cell keeps its update metrics in the ``round`` artifact (EvoSteer:
+    ``update``); the experiment's cost figures read the one the method writes (before, a
+    CollabFlow row failed with 'no artifact update at step 1')."""
+    from evosteer_core.experiment.cells import training_costs
+    from evosteer_core.infra.artifacts import RunIndex, open_store
+    from evosteer_core.pipeline.stage_io import StepStore
+    from tests.test_collab_rounds import small
+
+    cfg = small(tmp_path, **{"train.steps": 2})
+    io_ = StepStore(open_store(cfg.store.root))
+    index = RunIndex(io_.store, "cell")
+    per_step = [{"tokens_per_problem": 100.0 * k, "update_ms_per_episode": 3.0} for k in (1, 2)]
+    for k, m in enumerate(per_step, start=1):
+        index.record(k, "round", io_.put_object({"metrics": m}, "round"))
+    assert training_costs(io_, cfg, "cell") == {
+        "update_ms_per_episode": 3.0,
+        "train_tokens_per_problem": 150.0,
+    }

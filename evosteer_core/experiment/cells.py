@@ -27,7 +27,7 @@ from evosteer_core.infra.config import (
 )
 from evosteer_core.infra.configio import ConfigError, to_plain
 from evosteer_core.infra.runs import config_hash
-from evosteer_core.pipeline.stage_io import StepStore
+from evosteer_core.pipeline.stage_io import StepStore, method_of
 from evosteer_core.training.session import open_session
 from evosteer_core.training.state import TrainState
 
@@ -122,12 +122,15 @@ def cell_trajectories(
     return table[list(CELL_COLUMNS)]
 
 
-def training_costs(io_: StepStore, run_id: str, steps: int) -> dict[str, float]:
+def training_costs(io_: StepStore, cfg: RunConfig, run_id: str) -> dict[str, float]:
     """A trained cell's cost figures, averaged over its steps: the update's ms per trained
     episode and the rollout's tokens per problem (recorded when ``objectives.cost_metrics``
-    is on; empty otherwise)."""
+    is on; empty otherwise). The metrics are those of the artifact the method's ``update``
+    stage writes (EvoSteer's ``update``, a CollabFlow round's ``round``)."""
     index = RunIndex(io_.store, run_id)
-    metrics = [io_.get_object(index.lookup(k, "update"))["metrics"] for k in range(1, steps + 1)]
+    (name,) = method_of(cfg).stage("update").writes
+    steps = range(1, cfg.train.steps + 1)
+    metrics = [io_.get_object(index.lookup(k, name))["metrics"] for k in steps]
     keys = {
         "update_ms_per_episode": "update_ms_per_episode",
         "tokens_per_problem": "train_tokens_per_problem",

@@ -44,7 +44,7 @@ def evaluate_cell(
     workflows = get_json(io.store, searched["searched"]) if searched else None
     trajectories = cell_trajectories(cfg, io.get_state(state), evaluation, runs, workflows)
     ref = io.put_table(trajectories, "cell_trajectories")
-    costs = training_costs(io, spec.run_id, cfg.train.steps) if evaluation == "checkpoint" else {}
+    costs = training_costs(io, cfg, spec.run_id) if evaluation == "checkpoint" else {}
     return ref, costs
 
 
