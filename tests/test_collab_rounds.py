@@ -1,8 +1,8 @@
 """CollabFlow training rounds through the pipeline (docs/collabflow.md §4): a 2-round run of
 ``method: collabflow`` through the Flyte train workflow, its in-process replay (``evosteer
-replay`` reruns a round through ``stage_io.run_step``), the evaluation of its checkpoint (these
-are slow: about 15 minutes on a loaded 2-core machine), and, in the default suite, the rule
-that aborted constructions are never trained on."""
+replay`` reruns a round through ``stage_io.run_step``), the evaluation of its checkpoint (30 s together on a
+quiet 2-core machine, so they stay in the default suite), and the rule that aborted
+constructions are never trained on."""
 
 from __future__ import annotations
 
@@ -53,7 +53,6 @@ def flyte_run(tmp_path_factory):
         yield cfg, out
 
 
-@pytest.mark.slow
 def test_two_rounds_record_their_artifacts_and_count_after_the_batch(flyte_run):
     cfg, out = flyte_run
     index = RunIndex(open_store(cfg.store.root), out.run_id)
@@ -71,7 +70,6 @@ def test_two_rounds_record_their_artifacts_and_count_after_the_batch(flyte_run):
     )
 
 
-@pytest.mark.slow
 def test_replay_of_a_round_is_identical(flyte_run, capsys):
     cfg, out = flyte_run
     args = ["replay", "--run-dir", cfg.store.root, "--run", out.run_id, "--step", "2"]
@@ -82,7 +80,6 @@ def test_replay_of_a_round_is_identical(flyte_run, capsys):
     assert "every artifact identical" in text
 
 
-@pytest.mark.slow
 def test_evaluate_a_collabflow_checkpoint_on_held_out_tasks(flyte_run, capsys):
     cfg, out = flyte_run
     argv = ["evaluate", "--run-dir", cfg.store.root, "--run", out.run_id, "--step", "2"]
