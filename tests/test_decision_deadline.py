@@ -46,6 +46,7 @@ class ScriptedPolicy:
         generators: Sequence[torch.Generator],
         use_adapter: bool,
         temperature: float = 1.0,
+        encode: bool = False,
     ) -> list[Choice]:
         time.sleep(self.sleep_s)
         out = []
@@ -53,7 +54,7 @@ class ScriptedPolicy:
             want = self.script[min(self.sampled, len(self.script) - 1)]
             self.sampled += 1
             index = next((i for i, a in enumerate(acts) if want in a), 0)
-            out.append(Choice(index, -0.5, self.prompt_tokens, 5))
+            out.append(Choice(index, -0.5, self.prompt_tokens, 5, [1.0] * 4 if encode else None))
         return out
 
 

@@ -61,12 +61,14 @@ class NodeRunner:
         generators: Sequence[torch.Generator],
         use_adapter: bool,
         temperature: float = 1.0,
+        encode: bool = False,
     ) -> list[Choice]:
         def pick(acts: Sequence[str]) -> int:
             calls = [i for i, a in enumerate(acts) if "ADD_AGENT" in a or "RERUN_AGENT" in a]
             return calls[0] if calls else 0
 
-        return [Choice(pick(acts), -0.5, 10, 5) for acts in legal]
+        h = [1.0] * 4 if encode else None
+        return [Choice(pick(acts), -0.5, 10, 5, h) for acts in legal]
 
 
 def context(executor: OpenAIExecutor, max_actions: int = 32, **kw: object) -> RolloutContext:

@@ -339,3 +339,38 @@ def test_trajectory_log_ratios_sum_delta_ell_and_are_zero_at_init(
     np.testing.assert_allclose(
         ratios.to_numpy(), [delta[:2].sum(), delta[2:5].sum(), delta[5]], rtol=1e-6, atol=1e-6
     )
+
+
+def test_sampling_runs_shared_prompt_heads_once_and_samples_as_alone(
+    trained: Policy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Decisions that share a prompt head run it once (one KV cache row per decision, padded
+    heads masked): the same draws, ℓ and last-prompt hidden states as each decision sampled
+    alone (no sharing), with fewer tokens through the backbone."""
+    prompts, legal = _batch(4, 21)
+    ps = [prompts[i % 4] for i in range(12)]  # 3 decisions per prompt, prompts interleaved
+    ls = [legal[i % 4] for i in range(12)]
+    fed: list[int] = []
+    hidden = trained.hidden
+
+    def counting(ids, *args, **kwargs):
+        fed.append(ids.numel())
+        return hidden(ids, *args, **kwargs)
+
+    monkeypatch.setattr(trained, "hidden", counting)
+    with torch.no_grad(), trained.adapter_context(False):
+        together = sample_actions(trained, ps, ls, _generators(12, "h"), return_hidden=True)
+        fed_together, fed[:] = sum(fed), []
+        alone = [
+            sample_actions(trained, [p], [leg], [g], return_hidden=True)[0]
+            for p, leg, g in zip(ps, ls, _generators(12, "h"), strict=True)
+        ]
+    assert fed_together < sum(fed)
+    assert [s.index for s in together] == [s.index for s in alone]
+    for a, b in zip(together, alone, strict=True):
+        assert abs(a.logp - b.logp) < 1e-5
+        torch.testing.assert_close(a.hidden, b.hidden, atol=1e-5, rtol=1e-5)
+    h = encode_h_rho(trained, ps)
+    got = torch.stack([s.hidden for s in together])
+    torch.testing.assert_close(got * torch.rsqrt(got.pow(2).mean(1, keepdim=True) + 1e-6), h,
+                               atol=1e-5, rtol=1e-5)

@@ -4,6 +4,9 @@ All pending decisions of all episodes are sampled together: one batched policy c
 θ episodes (adapter on) and one for the ρ-driven episodes (adapter off) per round. A decision
 with a single legal action, and the forced first action of a paired arm, is recorded but not
 sampled. The value-head snapshot v̂ (and its one-step change Δv̂) is shown in every prompt.
+Each decision row names the policy that sampled it (``sampled_by``: ``theta``, ``rho``, or
+empty when forced); its ``logp_sample`` is ℓ under that policy, and a ρ-sampled row keeps
+h_ρ of its prompt from the same pass, so the re-score stage need not recompute them.
 
 Each sampled decision is charged to its episode's ledger before its action executes (prompt and
 action tokens, and its time); forced decisions make no model call and cost nothing. A decision
@@ -319,6 +322,8 @@ def _run_rounds(
                     "exact_key": d["exact_key"],
                     "coarse_key": d["coarse_key"],
                     "logp_sample": d["logp"],
+                    "sampled_by": d["sampled_by"],
+                    "h_rho": d["h_rho"],
                 }
             )
     return _Rounds(rows, timeouts)
@@ -378,7 +383,7 @@ def check_health(
 def _force(d: dict, legal: list[str], action: str, charge: DecisionCharge) -> None:
     """Record a decision that was not sampled (or whose sample was discarded)."""
     d.update(legal=legal, action=action, chosen=legal.index(action), logp=0.0, forced=True)
-    d["charge"] = charge
+    d.update(sampled_by="", h_rho=[], charge=charge)
 
 
 def _finalize(d: dict, ep: Episode, reason: str, charge: DecisionCharge) -> None:
@@ -420,6 +425,7 @@ def _choose(
             gens,
             use_adapter=use_adapter,
             temperature=ctx.temperature,
+            encode=not use_adapter,
         )
         elapsed = time.monotonic() - start
         for d, s in zip(group, samples, strict=True):
@@ -432,7 +438,8 @@ def _choose(
                 d["timed_out"] = True
             else:
                 d.update(action=d["legal"][s.index], chosen=s.index, logp=float(s.logp))
-                d.update(forced=False, charge=charge)
+                d.update(forced=False, charge=charge, sampled_by="theta" if use_adapter else "rho")
+                d["h_rho"] = [] if use_adapter else s.h
 
 
 def _trajectory_row(plan: EpisodePlan, ep: Episode, step: int, timeouts: int) -> dict:

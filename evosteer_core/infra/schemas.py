@@ -97,8 +97,22 @@ DECISIONS = pa.DataFrameSchema(
         "exact_key": pa.Column(str),
         "coarse_key": pa.Column(str),
         "logp_sample": pa.Column(float, log_prob(1e-6)),
+        "sampled_by": pa.Column(str, pa.Check.isin(["theta", "rho", ""])),
+        "h_rho": pa.Column(
+            object, pa.Check(lambda s: s.map(lambda x: hasattr(x, "__len__")), error="h_ρ vector or empty")
+        ),
     },
-    checks=CHOICE_CHECKS,
+    checks=[
+        *CHOICE_CHECKS,
+        pa.Check(
+            lambda df: (df["sampled_by"] == "") == df["forced"],
+            error="a decision is forced exactly when no policy sampled it",
+        ),
+        pa.Check(
+            lambda df: (df["h_rho"].map(len) > 0) == (df["sampled_by"] == "rho"),
+            error="h_ρ recorded exactly for the decisions ρ sampled",
+        ),
+    ],
     strict=True,
     coerce=False,
     name="decisions",

@@ -14,6 +14,7 @@ import torch
 from evosteer_core.infra.artifacts import open_store
 from evosteer_core.infra.config import RunConfig
 from evosteer_core.policy.backbone import Policy, load_policy
+from evosteer_core.policy.encode import rms_normalize
 from evosteer_core.policy.sampling import sample_actions
 from evosteer_core.policy.scoring import score_actions, score_and_encode_rho
 
@@ -26,6 +27,9 @@ class Choice:
     logp: float
     prompt_tokens: int
     action_tokens: int
+    h: list[float] | None = None
+    """With ``encode``: the state encoding under the sampling policy (RMS-normalized last prompt
+    hidden state, as ``encode_h_rho`` computes it under ρ); None otherwise."""
 
 
 class Orchestrator:
@@ -53,11 +57,20 @@ class Orchestrator:
         generators: Sequence[torch.Generator],
         use_adapter: bool,
         temperature: float = 1.0,
+        encode: bool = False,
     ) -> list[Choice]:
         with torch.no_grad(), self.policy.adapter_context(use_adapter):
-            samples = sample_actions(self.policy, prompts, legal, generators, temperature)
+            samples = sample_actions(
+                self.policy, prompts, legal, generators, temperature, return_hidden=encode
+            )
         return [
-            Choice(s.index, s.logp, self.count_tokens(p), len(s.token_ids))
+            Choice(
+                s.index,
+                s.logp,
+                self.count_tokens(p),
+                len(s.token_ids),
+                None if s.hidden is None else rms_normalize(s.hidden).tolist(),
+            )
             for s, p in zip(samples, prompts, strict=True)
         ]
 

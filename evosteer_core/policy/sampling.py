@@ -12,9 +12,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
+from transformers import Cache
 
 from evosteer_core.policy.backbone import Policy
-from evosteer_core.policy.batch import right_pad
+from evosteer_core.policy.batch import right_pad, shared_prefix_groups
 from evosteer_core.policy.trie import TrieNode, action_trie
 
 
@@ -30,6 +31,9 @@ class SampledAction:
     """Allowed token ids at each position (a 1-tuple where the position was forced)."""
     logp: float
     """ℓ_θ(a|s) = Σ_j log softmax over the allowed set (temperature 1); forced positions add 0."""
+    hidden: torch.Tensor | None = None
+    """With ``return_hidden``: the last-layer hidden state at the prompt's final token (float32
+    [d_h], from the pass that sampled; None for a single legal action, which runs no pass)."""
 
 
 def _follow_forced(node: TrieNode, out: list[int]) -> TrieNode:
@@ -49,17 +53,58 @@ def _check_batch(
         )
 
 
+def _shared_heads(
+    policy: Policy, pending: list[list[int]], prompt_lengths: list[int]
+) -> tuple[list[int], Cache | None, torch.Tensor | None]:
+    """Run each group's shared prompt head once (docs/performance.md) and drop it from
+    ``pending`` (in place). Returns, per row, the tokens already in the cache, and the cache
+    and its mask with one row per decision: the head's keys and values, padded to the longest
+    head (pads masked out; a row in no group has an all-masked head).
+
+    Decisions of one task repeat its head (system text, family, roles, menu); the groups are
+    ``shared_prefix_groups`` of the prompts, as in scoring, so the head stays shorter than
+    every member's prompt and the rest of each prompt still runs per row.
+    """
+    seen = [0] * len(pending)
+    groups = [
+        (members, shared)
+        for members, shared in shared_prefix_groups(
+            [p[:n] for p, n in zip(pending, prompt_lengths, strict=True)], max(1, len(pending))
+        )
+        if shared > 0
+    ]
+    if not groups:
+        return seen, None, None
+    ids, head_mask, pos = right_pad(
+        [pending[members[0]][:shared] for members, shared in groups], policy.tokenizer.pad_id
+    )
+    _, cache = policy.hidden(ids, head_mask, pos, use_cache=True)
+    which = [0] * len(pending)
+    in_group = torch.zeros(len(pending), 1, dtype=head_mask.dtype)
+    for g, (members, shared) in enumerate(groups):
+        for m in members:
+            which[m], seen[m] = g, shared
+            pending[m] = pending[m][shared:]
+            in_group[m] = 1
+    index = torch.tensor(which)
+    cache.batch_select_indices(index.to(policy.device))
+    return seen, cache, head_mask[index] * in_group
+
+
 def sample_actions(
     policy: Policy,
     prompts: Sequence[str],
     legal: Sequence[Sequence[str]],
     generators: Sequence[torch.Generator],
     temperature: float = 1.0,
+    return_hidden: bool = False,
 ) -> list[SampledAction]:
     """Sample one legal action per decision; a single legal action is returned unsampled.
 
     ``generators[i]`` drives decision i only, so a decision's draws do not depend on which
     other decisions share the batch. ``logp`` is ℓ_θ at temperature 1 whatever ``temperature``.
+    With ``return_hidden`` each sampled decision also carries the prompt's last hidden state
+    from its prefill (causal attention: the action tokens after it cannot change it).
     """
     _check_batch(prompts, legal, len(generators), "generators")
     if temperature <= 0:
@@ -79,22 +124,31 @@ def sample_actions(
     nodes: list[TrieNode] = []
     tokens: list[list[int]] = []
     pending: list[list[int]] = []
+    prompt_lengths: list[int] = []
     for i in rows:
         prefix: list[int] = []
         nodes.append(_follow_forced(tries[i].root, prefix))
         tokens.append(list(prefix))
-        pending.append(tok.encode_prompt(prompts[i]) + prefix)
+        prompt_ids = tok.encode_prompt(prompts[i])
+        prompt_lengths.append(len(prompt_ids))
+        pending.append(prompt_ids + prefix)
+    hiddens: list[torch.Tensor | None] = [None] * len(rows)
     logps = [0.0] * len(rows)
-    seen = [0] * len(rows)  # tokens of each row already in the KV cache
     live = list(range(len(rows)))  # rows (indices into ``rows``) still decoding, cache order
-    cache, cache_mask = None, None
     with torch.no_grad():
+        seen, cache, cache_mask = _shared_heads(policy, pending, prompt_lengths)
+        prefill = True
         while live:
             ids, mask, pos = right_pad(
                 [pending[r] for r in live], tok.pad_id, [seen[r] for r in live]
             )
             full_mask = mask if cache_mask is None else torch.cat([cache_mask, mask], dim=1)
             hidden, cache = policy.hidden(ids, full_mask, pos, cache, use_cache=True)
+            if return_hidden and prefill:  # the rest of every row's prompt is in this pass
+                for slot, r in enumerate(live):
+                    here = prompt_lengths[r] - 1 - seen[r]
+                    hiddens[r] = hidden[slot, here].float().cpu().clone()
+            prefill = False
             lengths = mask.sum(dim=1)
             last = hidden[torch.arange(len(live)), (lengths - 1).to(hidden.device)]
             logits = policy.logits(last).cpu()
@@ -125,6 +179,11 @@ def sample_actions(
         index = nodes[r].action
         trie = tries[i]
         results[i] = SampledAction(
-            trie.legal[index], index, trie.sequences[index], trie.path_allowed(index), logps[r]
+            trie.legal[index],
+            index,
+            trie.sequences[index],
+            trie.path_allowed(index),
+            logps[r],
+            hiddens[r],
         )
     return results  # type: ignore[return-value]

@@ -11,6 +11,7 @@ what the pipeline stores (:mod:`evosteer_core.pipeline.stage_io`); the result ty
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import torch
 
@@ -79,20 +80,41 @@ def rollout_stage(s: Session, step: int, shard: int = 0, n_shards: int = 1) -> R
 
 # --- stage 2: re-scoring ---------------------------------------------------------------------
 def rescore_stage(s: Session, decisions: pd.DataFrame) -> Rescored:
-    """Stage 2: ℓ_θ and ℓ_ρ of every recorded action (same prompt, tokens, mask) and h_ρ."""
-    prompts = decisions["prompt"].tolist()
-    actions = decisions["action"].tolist()
-    legal = decisions["legal"].tolist()
+    """Stage 2: ℓ_θ and ℓ_ρ of every recorded action (same prompt, tokens, mask) and h_ρ.
+
+    The rollout already holds ℓ of each sampled action under the policy that sampled it
+    (``logp_sample``) and h_ρ of each ρ-sampled prompt, from the same parameters, prompt,
+    tokens and mask (docs/performance.md): only the other policy is run here, θ on the rows ρ
+    sampled or that were forced, ρ (with h_ρ) on the rows θ sampled or that were forced.
+    """
+    by = decisions["sampled_by"].to_numpy()
+    logp_theta = np.where(by == "theta", decisions["logp_sample"].to_numpy(float), 0.0)
+    logp_rho = np.where(by == "rho", decisions["logp_sample"].to_numpy(float), 0.0)
+    h_rho = list(decisions["h_rho"])
     with torch.no_grad():
-        lt = s.policy.score(prompts, actions, legal, use_adapter=True)
-        lr, h = s.policy.score_and_encode_rho(prompts, actions, legal)
+        run = np.flatnonzero(by != "theta")
+        if len(run):
+            sub = decisions.iloc[run]
+            lt = s.policy.score(
+                sub["prompt"].tolist(), sub["action"].tolist(), sub["legal"].tolist(), True
+            )
+            logp_theta[run] = lt.double().cpu().numpy()
+        run = np.flatnonzero(by != "rho")
+        if len(run):
+            sub = decisions.iloc[run]
+            lr, h = s.policy.score_and_encode_rho(
+                sub["prompt"].tolist(), sub["action"].tolist(), sub["legal"].tolist()
+            )
+            logp_rho[run] = lr.double().cpu().numpy()
+            for k, row in zip(run, h.float().cpu(), strict=True):
+                h_rho[k] = row.tolist()
     rescored = pd.DataFrame(
         {
             "traj_id": decisions["traj_id"],
             "t": decisions["t"],
-            "logp_theta": lt.double().cpu().numpy(),
-            "logp_rho": lr.double().cpu().numpy(),
-            "h_rho": [row.tolist() for row in h.float().cpu()],
+            "logp_theta": logp_theta,
+            "logp_rho": logp_rho,
+            "h_rho": [list(map(float, h)) for h in h_rho],
         }
     )
     validate_rescored(decisions, rescored)
