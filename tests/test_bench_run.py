@@ -16,6 +16,8 @@ from pipeline_support import SMALL
 
 from evosteer_core.pipeline.stage_io import METHODS
 
+pytestmark = pytest.mark.slow  # two whole training runs through the CLI (~90 s on 2 cores)
+
 REPO = Path(__file__).resolve().parents[1]
 SETS = [arg for k, v in SMALL.items() for arg in ("--set", f"{k}={v}")]
 
