@@ -1,7 +1,8 @@
 """Batched grammar-masked sampling of actions under π_θ (docs/method.md §1.6).
 
-All pending decisions of many episodes advance together: one forward pass per decoding depth
-over the batch, reusing a KV cache. Positions with a single allowed token are appended without
+All pending decisions of many episodes advance together: one pass for the prompt heads that
+groups of decisions share, then one forward pass per decoding depth over the batch, reusing
+the KV cache. Positions with a single allowed token are appended without
 a model call; at a branching position the next token is drawn, with the decision's own
 generator, from the softmax restricted to the allowed tokens.
 """
