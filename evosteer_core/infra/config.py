@@ -258,6 +258,11 @@ class LoraConfig:
         _check(len(self.target_modules) > 0, "target_modules: must not be empty")
 
 
+WARM_START_PARADIGMS: tuple[str, ...] = ("direct", "react", "template", "plan_execute")
+"""The fixed paradigms a warm start may take demonstrations from (those that need only the
+task: ``paradigms.registry.FIXED`` but the random one)."""
+
+
 @dataclass(frozen=True)
 class WarmStartConfig:
     """``policy.init``: a reference prior for a small backbone (docs/warm_start.md).
@@ -266,7 +271,9 @@ class WarmStartConfig:
     decisions found by search on *training* tasks only: for each of ``tasks_per_family``
     training tasks per family, ``candidates`` random legal action sequences, each scored by
     its mean reward over ``replays`` executor draws; the ``keep`` best of a task (those that
-    succeeded at least once) are the demonstrations. ``epochs`` passes of Adam at ``lr`` over
+    succeeded at least once) are the demonstrations. ``paradigms``: fixed paradigms
+    (docs/paradigms.md) whose episodes on each task join the random sequences as candidates,
+    scored and kept by the same rule (default none). ``epochs`` passes of Adam at ``lr`` over
     micro-batches of ``batch_size`` decisions, every draw seeded from ``seed``. ``ref`` is the
     fitted weights in the store, set by the pipeline (``training.warm_start.stage_warm_start``);
     it is not part of the run's hash, which holds the spec the weights are a function of.
@@ -281,13 +288,23 @@ class WarmStartConfig:
     lr: float = 1.0e-3
     batch_size: int = 64
     seed: int = 0
+    paradigms: tuple[str, ...] = ()
     ref: ArtifactRef | None = None
 
     def __post_init__(self) -> None:
         for name in ("tasks_per_family", "candidates", "replays", "keep", "epochs", "batch_size"):
             v = getattr(self, name)
             _check(v > 0, f"{name}: must be > 0, got {v}")
-        _check(self.keep <= self.candidates, "keep: must be <= candidates")
+        _check(
+            self.keep <= self.candidates + len(self.paradigms),
+            "keep: must be <= candidates + the number of paradigms",
+        )
+        bad = [n for n in self.paradigms if n not in WARM_START_PARADIGMS]
+        _check(
+            not bad and len(set(self.paradigms)) == len(self.paradigms),
+            f"paradigms: expected distinct names of {list(WARM_START_PARADIGMS)}, "
+            f"got {list(self.paradigms)}",
+        )
         _check(self.lr > 0, f"lr: must be > 0, got {self.lr}")
 
 

@@ -33,6 +33,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
+from evosteer_core.episode.actions import Action
 from evosteer_core.episode.features import execution_features
 from evosteer_core.episode.records import FAMILIES, TaskRecord
 from evosteer_core.episode.runtime import DecisionCharge, Episode, replay_open_loop
@@ -47,6 +48,7 @@ from evosteer_core.infra.artifacts import (
 from evosteer_core.infra.config import RunConfig, WarmStartConfig
 from evosteer_core.infra.runs import slice_identity
 from evosteer_core.infra.seeding import derive_seed, numpy_rng
+from evosteer_core.paradigms.registry import paradigm
 from evosteer_core.policy.backbone import Policy, backbone_weights, load_policy
 from evosteer_core.policy.render import public_state, render
 from evosteer_core.policy.scoring import score_actions
@@ -84,8 +86,85 @@ def warm_start_tasks(records: Sequence[TaskRecord], per_family: int) -> list[Tas
     return out
 
 
+class _Recorder:
+    """One searched episode's decisions, rendered and charged as a rollout renders and
+    charges ρ's: the prompt (the run's renderer, v̂ and Δv̂ of the run's step-0 value head),
+    prompt and action tokens, the simulator's decision time; forced decisions are free."""
+
+    def __init__(self, search: _Searcher, record: TaskRecord, ep: Episode) -> None:
+        self.search, self.record, self.ep = search, record, ep
+        self.actions: list[str] = []
+        self.charges: list[DecisionCharge] = []
+        self.demos: list[Demonstration] = []
+        self.previous: float | None = None
+
+    def ask(self, legal: Sequence[Action]) -> tuple[str, int] | None:
+        """The prompt of a choice among ``legal`` and its token count; None when the budget
+        cannot cover the decision (the episode is finalized, as a rollout does)."""
+        ep, cfg = self.ep, self.search.cfg
+        value = self.search.value([float(x) for x in execution_features(ep)], self.record.family)
+        change = None if self.previous is None else value - self.previous
+        self.previous = value
+        prompt = render(public_state(ep, value, change), cfg.policy.renderer)
+        n_prompt = len(self.search.policy.tokenizer.encode_prompt(prompt))
+        if n_prompt + cfg.policy.max_action_tokens > ep.ledger.tokens_left:
+            ep.finalize("the budget cannot cover the next decision")
+            return None
+        return prompt, n_prompt
+
+    def apply(
+        self, action: Action, legal: Sequence[Action], prompt: str | None = None, n_prompt: int = 0
+    ) -> None:
+        """Apply ``action``; with a ``prompt`` (a choice, :meth:`ask`) it is charged and kept
+        as a demonstration."""
+        charge = DecisionCharge()
+        text = action.to_json()
+        if prompt is not None:
+            n_action = len(self.search.policy.tokenizer.encode_action(text))
+            clock = self.search.clock
+            charge = DecisionCharge(
+                n_prompt, n_action, 0.0 if clock is None else clock(n_prompt, n_action)
+            )
+            texts = tuple(a.to_json() for a in legal)
+            self.demos.append(Demonstration(self.record.record_id, prompt, texts, text))
+        self.actions.append(text)
+        self.charges.append(charge)
+        self.ep.apply(action, charge)
+
+    def candidate(self) -> _Candidate:
+        return _Candidate(
+            tuple(self.actions),
+            tuple(self.charges),
+            tuple(self.demos),
+            float(self.ep.reward or 0.0),
+        )
+
+
+class _Demonstrating:
+    """An episode as a fixed paradigm drives it: reads pass through, and each action the
+    paradigm applies is recorded and charged by the :class:`_Recorder` as ρ's decision. When
+    the budget cannot cover a choice the episode is finalized and the paradigm's action is
+    dropped (the paradigm then sees the finalizing action only, as under its own budget)."""
+
+    def __init__(self, rec: _Recorder) -> None:
+        self._rec = rec
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._rec.ep, name)
+
+    def apply(self, action: Action, decision: DecisionCharge | None = None) -> None:
+        legal = self._rec.ep.legal_actions()
+        if len(legal) == 1 or action not in legal:  # forced, or illegal: the runtime decides
+            self._rec.apply(action, legal)
+            return
+        asked = self._rec.ask(legal)
+        if asked is not None:
+            self._rec.apply(action, legal, *asked)
+
+
 class _Searcher:
-    """Runs and scores random legal action sequences on training tasks (rollout charging)."""
+    """Runs and scores candidate action sequences on training tasks (rollout charging):
+    random legal ones and, when configured, the fixed paradigms' episodes."""
 
     def __init__(self, cfg: RunConfig, world: World, policy: Policy) -> None:
         self.cfg, self.world, self.policy = cfg, world, policy
@@ -115,37 +194,24 @@ class _Searcher:
 
     def candidate(self, record: TaskRecord, index: int) -> _Candidate:
         """One uniformly random legal sequence, decided and charged as in a rollout."""
-        ep = self.episode(record, f"warm-start/{index}")
+        rec = _Recorder(self, record, self.episode(record, f"warm-start/{index}"))
         rng = random.Random(derive_seed(self.spec.seed, record.record_id, index, "warm-start"))
-        tok = self.policy.tokenizer
-        actions, charges, demos = [], [], []
-        previous: float | None = None
-        while not ep.stopped:
-            legal = ep.legal_actions()
-            charge = DecisionCharge()
-            if len(legal) > 1:
-                feats = [float(x) for x in execution_features(ep)]
-                value = self.value(feats, record.family)
-                change = None if previous is None else value - previous
-                previous = value
-                prompt = render(public_state(ep, value, change), self.cfg.policy.renderer)
-                n_prompt = len(tok.encode_prompt(prompt))
-                if n_prompt + self.cfg.policy.max_action_tokens > ep.ledger.tokens_left:
-                    ep.finalize("the budget cannot cover the next decision")
-                    continue
-                action = legal[rng.randrange(len(legal))]
-                text = action.to_json()
-                n_action = len(tok.encode_action(text))
-                seconds = 0.0 if self.clock is None else self.clock(n_prompt, n_action)
-                charge = DecisionCharge(n_prompt, n_action, seconds)
-                texts = tuple(a.to_json() for a in legal)
-                demos.append(Demonstration(record.record_id, prompt, texts, text))
-            else:
-                action = legal[0]
-            actions.append(action.to_json())
-            charges.append(charge)
-            ep.apply(action, charge)
-        return _Candidate(tuple(actions), tuple(charges), tuple(demos), float(ep.reward or 0.0))
+        while not rec.ep.stopped:
+            legal = rec.ep.legal_actions()
+            if len(legal) == 1:
+                rec.apply(legal[0], legal)
+                continue
+            asked = rec.ask(legal)
+            if asked is not None:
+                rec.apply(legal[rng.randrange(len(legal))], legal, *asked)
+        return rec.candidate()
+
+    def paradigm_candidate(self, record: TaskRecord, name: str) -> _Candidate:
+        """The episode of the fixed paradigm ``name``, its decisions charged and rendered as
+        ρ's would be (a paradigm itself decides for free)."""
+        rec = _Recorder(self, record, self.episode(record, f"warm-start/{name}"))
+        paradigm(name).run(_Demonstrating(rec))  # type: ignore[arg-type]
+        return rec.candidate()
 
     def score(self, record: TaskRecord, index: int, cand: _Candidate) -> float:
         """Mean reward over the sequence's own episode and its open-loop replays."""
@@ -172,6 +238,10 @@ def search_demonstrations(
         scored = []
         for index in range(spec.candidates):
             cand = search.candidate(record, index)
+            scored.append((search.score(record, index, cand), len(cand.demos), index, cand))
+        for offset, name in enumerate(spec.paradigms):
+            index = spec.candidates + offset
+            cand = search.paradigm_candidate(record, name)
             scored.append((search.score(record, index, cand), len(cand.demos), index, cand))
         all_scores += [s for s, *_ in scored]
         scored.sort(key=lambda x: (-x[0], x[1], x[2]))
