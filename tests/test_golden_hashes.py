@@ -6,6 +6,12 @@ one of them unchanged; a change that is *meant* to alter numbers rewrites the fi
 commit and bumps ``CODE_VERSION``, and says why in its message:
 
     .venv/bin/python tests/test_golden_hashes.py --write
+
+The float artifacts (decisions, rescored, value, update, state) also depend on the machine:
+MKL and oneDNN choose their kernels by CPU vendor and instruction set, and the last bits of a
+float32 reduction follow. The file was rewritten on 2 Dec 2026 on the CI machine of that day
+(:data:`RECORDED_ON`) with no code change: the machine before (another CPU) had written other
+bytes for the same code, while the trajectories (discrete actions, rewards) were equal.
 """
 
 from __future__ import annotations
@@ -16,6 +22,8 @@ from pathlib import Path
 
 GOLDEN = Path(__file__).parent / "data" / "golden_tiny_sim.json"
 STEPS = 2
+RECORDED_ON = "AMD EPYC (AVX-512), 2 cores, torch 2.13.0+cpu (MKL 2024.2, oneDNN 3.12), 2 threads"
+"""The machine the golden hashes were written on (a failure elsewhere may be the machine)."""
 
 
 def run_hashes(root: Path) -> dict[str, dict[str, str]]:
@@ -39,7 +47,7 @@ def run_hashes(root: Path) -> dict[str, dict[str, str]]:
 
 def test_a_tiny_sim_run_hashes_to_the_recorded_artifacts(tmp_path):
     expected = json.loads(GOLDEN.read_text())
-    assert run_hashes(tmp_path / "runs") == expected
+    assert run_hashes(tmp_path / "runs") == expected, f"the golden hashes are of {RECORDED_ON}"
 
 
 if __name__ == "__main__":
