@@ -97,6 +97,33 @@ def test_three_steps_log_every_metric_and_adapter_per_step(base_run):
     assert run.data.tags["sha256.state"] == out.state.sha256
 
 
+def test_the_decks_memo_reads_each_step_once_and_equals_a_fresh_read(base_run, monkeypatch):
+    """The training Deck redraws every step so far; through its memo a step's artifacts are
+    loaded once, and the history equals one read from the store without a memo."""
+    import pandas as pd
+
+    from evosteer_core.infra.memo import BoundedMemo
+    from evosteer_core.pipeline.report import run_history
+    from evosteer_flyte.tasks.tracking_tasks import DECK_METRICS
+
+    cfg, _ = base_run
+    store, run_id = open_store(cfg.store.root), run_id_for(cfg)
+    assert len(DECK_METRICS) >= 3  # the run's last-step Deck went through it
+    fresh = run_history(store, run_id)
+    loads = []
+    plain_get = core.StepStore.get_object
+    monkeypatch.setattr(
+        core.StepStore, "get_object", lambda io, ref: loads.append(ref) or plain_get(io, ref)
+    )
+    memo = BoundedMemo(16)
+    first = run_history(store, run_id, memo)
+    read_once = len(loads)
+    again = run_history(store, run_id, memo)
+    assert read_once >= 3 and len(loads) == read_once  # the second history loaded nothing
+    pd.testing.assert_frame_equal(first, fresh)
+    pd.testing.assert_frame_equal(again, fresh)
+
+
 def test_extending_to_four_steps_executes_only_step_four(base_run, flyte_env):
     cfg, first = base_run
     calls = count_stage_calls(flyte_env)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from evosteer_core.infra.memo import BoundedMemo
 from evosteer_core.policy.render import SYSTEM_SEPARATOR
-from evosteer_core.policy.tokenizer import BoundedMemo, PolicyTokenizer, load_tiny_tokenizer
+from evosteer_core.policy.tokenizer import PolicyTokenizer, load_tiny_tokenizer
 from evosteer_core.policy.trie import ActionTrie, action_trie
 
 LEGAL = ['{"kind":"STOP"}', '{"kind":"SET_OUTPUT","node_id":"n0"}', '{"kind":"ADD_EDGE"}']

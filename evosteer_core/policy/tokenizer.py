@@ -6,49 +6,17 @@ decode back to its exact text, or the grammar mask could not be trusted.
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from collections.abc import Callable
 from pathlib import Path
-from typing import Generic, TypeVar
 
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
+from evosteer_core.infra.memo import BoundedMemo
 from evosteer_core.policy.render import SYSTEM_SEPARATOR
 
 TINY_TOKENIZER_DIR = Path(__file__).resolve().parent.parent / "data" / "tiny_tokenizer"
 """The byte-level BPE trained offline by ``scripts/build_tiny_tokenizer.py``."""
 EOS_TOKEN = "<|endoftext|>"
 PAD_TOKEN = "<|pad|>"
-
-
-K = TypeVar("K")
-V = TypeVar("V")
-
-
-class BoundedMemo(Generic[K, V]):
-    """A least-recently-used memo of a pure function's results, at most ``size`` entries.
-
-    One step encodes each prompt and builds each legal set's trie several times (sampling,
-    the θ and ρ re-scoring, the update); the results depend only on the text, so they are
-    computed once and kept for as long as a step's worth of decisions needs them.
-    """
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self._items: OrderedDict[K, V] = OrderedDict()
-
-    def get(self, key: K, compute: Callable[[], V]) -> V:
-        """The value kept for ``key``, or ``compute()`` (kept unless it raises)."""
-        try:
-            self._items.move_to_end(key)
-            return self._items[key]
-        except KeyError:
-            value = compute()
-            self._items[key] = value
-            if len(self._items) > self.size:
-                self._items.popitem(last=False)
-            return value
-
 
 MEMO_SIZE = 8192
 """Prompts (and legal sets) kept per tokenizer: more than a paper-shape step has decisions."""

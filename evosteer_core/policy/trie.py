@@ -9,7 +9,8 @@ from __future__ import annotations
 import weakref
 from collections.abc import Sequence
 
-from evosteer_core.policy.tokenizer import MEMO_SIZE, BoundedMemo, PolicyTokenizer
+from evosteer_core.infra.memo import BoundedMemo
+from evosteer_core.policy.tokenizer import MEMO_SIZE, PolicyTokenizer
 
 
 class TrieNode:

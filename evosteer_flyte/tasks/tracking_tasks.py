@@ -16,10 +16,11 @@ from flytekit.types.error import FlyteError
 
 from evosteer_core.infra.artifacts import ArtifactRef, RunIndex
 from evosteer_core.infra.configio import InputError
+from evosteer_core.infra.memo import BoundedMemo
 from evosteer_core.infra.runs import record_config, record_provenance, run_id_for
 from evosteer_core.infra.tracking import RunTracker, end_failed_run, open_run, resolve_tracking
 from evosteer_core.pipeline import costs, stage_io
-from evosteer_core.pipeline.report import deck_html, run_history
+from evosteer_core.pipeline.report import StepMetricsMemo, deck_html, run_history
 from evosteer_flyte.tasks.errors import infrastructure_is_recoverable
 from evosteer_flyte.tasks.resources import CPU_IMAGE, LIGHT_RESOURCES, RETRIES
 from evosteer_flyte.tasks.spec import RunSpec, load, require_stored, train_config
@@ -34,12 +35,16 @@ DECK_EVERY = 10
 """``record_step`` draws the training Deck every this many steps and at the run's last step:
 the plots read every step so far from the store, so drawing them at every step would cost a
 long run's store reads quadratically."""
+DECK_METRICS: StepMetricsMemo = BoundedMemo(4096)
+"""The Decks' step metrics, kept in the process: a local run (and its cached re-run, whose
+``record_step`` tasks run again) reads each step's artifacts once for all its Decks instead of
+once a Deck (240 steps: ~3,000 reads instead of 240)."""
 LOCAL_EXECUTION = ("local", "local", "local")
+"""flytekit's placeholder execution id in a local (in-process) execution."""
 WARM_START_ENTRY = "warm_start"
 """Run-index name (step 0) of the warm-started backbone's weights (docs/warm_start.md)."""
 WARM_START_TAG = "sha256.warm_start"
 """MLflow tag of the warm start's sha256 (its spec is logged with the config's params)."""
-"""flytekit's placeholder execution id in a local (in-process) execution."""
 
 
 def _execution_id() -> str:
@@ -114,7 +119,8 @@ def record_step(
     for name, ref in refs.items():
         index.record(step, name, ref)
     if step % DECK_EVERY == 0 or step == cfg.train.steps:
-        Deck("Training", deck_html(run_history(io.store, spec.run_id), spec.run_id))
+        history = run_history(io.store, spec.run_id, DECK_METRICS)
+        Deck("Training", deck_html(history, spec.run_id))
     spend = costs.run_spend(cfg, io.store, spec.run_id, through=step)
     tracker = _tracker(config_yaml, spec, mlflow_run)
     if tracker is not None:
