@@ -124,10 +124,23 @@ def test_the_decks_memo_reads_each_step_once_and_equals_a_fresh_read(base_run, m
     pd.testing.assert_frame_equal(again, fresh)
 
 
-def test_extending_to_four_steps_executes_only_step_four(base_run, flyte_env):
+def test_extending_to_four_steps_executes_only_step_four(base_run, flyte_env, monkeypatch):
+    """Only step 4 runs its stages; the record task of a step its MLflow run holds already
+    draws no Deck and reads no spend (before: both, every execution, over every step so far)."""
+    from evosteer_flyte.tasks import tracking_tasks
+
     cfg, first = base_run
     calls = count_stage_calls(flyte_env)
+    spends, decks = [], []
+    plain_spend, plain_deck = tracking_tasks.costs.run_spend, tracking_tasks.Deck
+    monkeypatch.setattr(
+        tracking_tasks.costs,
+        "run_spend",
+        lambda *a, through=None: spends.append(through) or plain_spend(*a, through=through),
+    )
+    monkeypatch.setattr(tracking_tasks, "Deck", lambda *a: decks.append(a) or plain_deck(*a))
     out = train(config_yaml=cfg.to_yaml(), steps=4)
+    assert spends == [4] and len(decks) == 1  # the new step's, at the run's last step
     assert {k: v for k, v in calls.items() if k[1] is not None} == {
         ("rollout_stage", 4): 1,
         ("validation_stage", 4): 1,

@@ -15,6 +15,7 @@ from flytekit import Deck, current_context, task
 from flytekit.types.error import FlyteError
 
 from evosteer_core.infra.artifacts import ArtifactRef, RunIndex
+from evosteer_core.infra.config import RunConfig
 from evosteer_core.infra.configio import InputError
 from evosteer_core.infra.memo import BoundedMemo
 from evosteer_core.infra.runs import record_config, record_provenance, run_id_for
@@ -60,7 +61,13 @@ def _execution_id() -> str:
 def _tracker(config_yaml: str, spec: RunSpec, mlflow_run: str) -> RunTracker | None:
     if not mlflow_run:
         return None
-    cfg, _ = load(spec, config_yaml)
+    return _attach(load(spec, config_yaml)[0], mlflow_run)
+
+
+def _attach(cfg: RunConfig, mlflow_run: str) -> RunTracker | None:
+    """The MLflow run ``mlflow_run`` of a loaded config ('' = tracking off: None)."""
+    if not mlflow_run:
+        return None
     uri, _ = resolve_tracking(cfg.tracking, cfg.store)
     return RunTracker.attach(uri, mlflow_run, cfg.store.s3_endpoint)
 
@@ -112,18 +119,25 @@ def record_step(
     heads, the skill library version and the test ledger (JSON), and the artifact hashes as
     tags. Every :data:`DECK_EVERY` steps and at the last, its Deck shows the report's plots of
     the run so far. Then the run budget (``costs.check_run_budget``): a next step that would
-    exceed it stops the run here. Returns the new state (so the next step waits for it)."""
+    exceed it stops the run here. Returns the new state (so the next step waits for it).
+
+    A step its MLflow run holds already (a resumed, extended or cached re-run) is only
+    re-recorded in the index: no Deck (nothing new to show; ``evosteer report`` draws the
+    run), and its spend is read only when ``budget.run_cost`` needs it."""
     cfg, io = load(spec, config_yaml)
     require_stored(io.store, refs, f"step {step}")
     index = RunIndex(io.store, spec.run_id)
     for name, ref in refs.items():
         index.record(step, name, ref)
-    if step % DECK_EVERY == 0 or step == cfg.train.steps:
+    tracker = _attach(cfg, mlflow_run)
+    logged = tracker is not None and step <= tracker.logged_step()
+    if not logged and (step % DECK_EVERY == 0 or step == cfg.train.steps):
         history = run_history(io.store, spec.run_id, DECK_METRICS)
         Deck("Training", deck_html(history, spec.run_id))
+    if logged and cfg.budget.run_cost is None:
+        return refs["state"]
     spend = costs.run_spend(cfg, io.store, spec.run_id, through=step)
-    tracker = _tracker(config_yaml, spec, mlflow_run)
-    if tracker is not None:
+    if tracker is not None and not logged:
         stage_io.track_step(cfg, io, tracker, step, refs, spend.metrics(step))
     costs.check_run_budget(cfg, spend, step)
     return refs["state"]
