@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: e
 from evosteer_core.episode.records import FAMILIES
 from evosteer_core.evaluation.rollouts import evaluation_rollouts
 from experiments.probe_session import add_session_options, untrained_session
-from experiments.sim_paradigms import PARADIGMS, run_paradigm
+from experiments.sim_paradigms import PARADIGMS, family_means
 
 
 def rho_row(args: argparse.Namespace) -> dict[str, float]:
@@ -49,7 +49,7 @@ def main() -> None:
     table: dict[str, dict[str, float]] = {}
     for name, paradigm in PARADIGMS.items():
         if name != "random":
-            table[name] = run_paradigm(
+            table[name] = family_means(
                 paradigm, records, cfg.train.seed, cfg.budget, s.world.executor
             )
     table["ρ (policy.init)" if cfg.policy.init else "ρ"] = rho_row(args)

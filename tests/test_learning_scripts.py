@@ -67,6 +67,18 @@ def test_tilt_ceiling_prints_the_a6_table() -> None:
     assert "| mean |" in out
 
 
+def test_testbed_prints_the_paradigms_and_rho_per_family() -> None:
+    """docs/testbed.md's table (before: the script imported a function sim_paradigms no longer
+    had, and failed at import)."""
+    out = _run(
+        "experiments/testbed.py",
+        *("--heldout", "1", "--runs", "1", "--threads", "1", "--set", "policy.init=null"),
+    )
+    assert "SIMULATED:" in out and "6 held-out tasks" in out
+    assert "| chain " in out and "| plan_execute " in out and "| ρ " in out
+    assert "best paradigm per family:" in out and "families no row wins:" in out
+
+
 def test_capacity_probe_reports_held_out_and_in_sample_tilt() -> None:
     out = _run(
         "experiments/capacity_probe.py",
