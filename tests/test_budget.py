@@ -73,6 +73,25 @@ def test_call_tokens_scale_with_the_preset() -> None:
     assert BudgetLedger(BudgetLimits(token_scale=1e-9)).call_tokens(SOLVER) == (1, 1)
 
 
+def test_an_output_cap_bounds_each_call_after_the_scale_and_leaves_the_input() -> None:
+    """At 1/16 the planner may write 2048/16 = 128 tokens and the solver 12288/16 = 768; a
+    cap of 256 shortens the solver's reply only, and every execution's limits carry it."""
+    capped = BudgetLedger(BudgetLimits(token_scale=0.0625, max_output_tokens=256))
+    assert capped.call_tokens(SOLVER) == (1280, 256)
+    assert capped.call_tokens(PLANNER) == (1280, 128)
+    assert capped.call_limits(SOLVER, interactive=False, node_id="n0").max_output_tokens == 256
+    total = 1280 + 256
+    tight = BudgetLedger(BudgetLimits(total_tokens=total, token_scale=0.0625, max_output_tokens=256))
+    assert tight.can_reserve(SOLVER)  # uncapped the solver would need 1280 + 768 tokens
+    assert not BudgetLedger(BudgetLimits(total_tokens=total, token_scale=0.0625)).can_reserve(SOLVER)
+
+
+@pytest.mark.parametrize("value", [0, -5])
+def test_a_non_positive_output_cap_is_rejected(value: int) -> None:
+    with pytest.raises(ValueError, match="budget.max_output_tokens"):
+        BudgetLimits(max_output_tokens=value)
+
+
 def test_reservation_needs_the_full_per_call_tokens() -> None:
     ledger = BudgetLedger(BudgetLimits(total_tokens=40_000))
     assert ledger.can_reserve(SOLVER) and ledger.can_reserve(PLANNER)

@@ -52,6 +52,7 @@ CANDIDATES: dict[str, list[Any]] = {
     "train.objective": ["tb"],
     "skills.author": ["llm"],
     "budget.run_cost": [10.0],
+    "budget.max_output_tokens": [256],
     "prices.currency": ["EUR"],
     "prices.models": [{"tiny": {"prompt": 1.0, "completion": 2.0}}],
 }

@@ -16,6 +16,9 @@ class BudgetLimits:
     episode-level model-call cap but feature 29 needs one, and ``max_actions`` bounds the
     number of orchestration decisions so that non-executing actions cannot loop forever.
     ``token_scale`` multiplies every role's per-call token limits (1.0 = reference).
+    ``max_output_tokens`` caps each call's output tokens after that scaling (None = no cap
+    beyond the roles' scaled limits): a slow local model spends its time generating, and a
+    shorter reply is what makes a step of it short, without shrinking what a call may read.
     ``run_cost`` is not an episode limit but the whole run's hard budget in the currency of
     the ``prices`` section (None = none; docs/costs.md): training stops at the step boundary
     where the next step would exceed it. It is not part of the run's identity.
@@ -31,6 +34,7 @@ class BudgetLimits:
     node_model_calls_interactive: int = 35
     decision_deadline_s: float = 5.0
     token_scale: float = 1.0
+    max_output_tokens: int | None = None
     run_cost: float | None = None
 
     def __post_init__(self) -> None:
@@ -49,6 +53,11 @@ class BudgetLimits:
         for name in ("wall_time_s", "decision_deadline_s", "token_scale"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"budget.{name} must be > 0, got {getattr(self, name)}")
+        if self.max_output_tokens is not None and self.max_output_tokens < 1:
+            raise ValueError(
+                "budget.max_output_tokens must be >= 1 (or null: no cap), "
+                f"got {self.max_output_tokens}"
+            )
         if self.run_cost is not None and self.run_cost <= 0:
             raise ValueError(f"run_cost: must be > 0 (or null: no run budget), got {self.run_cost}")
 
@@ -143,9 +152,11 @@ class BudgetLedger:
 
     # --- reservations -----------------------------------------------------------------
     def call_tokens(self, role: RoleSpec) -> tuple[int, int]:
-        """The role's per-call (input, output) token limits under this preset's scale."""
-        s = self.limits.token_scale
-        return max(1, int(role.max_input_tokens * s)), max(1, int(role.max_output_tokens * s))
+        """The role's per-call (input, output) token limits under this preset's scale and
+        output cap."""
+        s, cap = self.limits.token_scale, self.limits.max_output_tokens
+        t_out = max(1, int(role.max_output_tokens * s))
+        return max(1, int(role.max_input_tokens * s)), t_out if cap is None else min(t_out, cap)
 
     def can_reserve(self, role: RoleSpec) -> bool:
         """Whether one call of ``role`` (its full per-call token limits) still fits."""

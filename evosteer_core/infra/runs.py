@@ -33,6 +33,11 @@ NOT_COMPUTED = ("train.steps", "budget.run_cost", "executor.concurrency")
 the budget it may spend (raising either continues the same run) and how many node calls are
 in flight at once (the tables are written in decision order, tests/test_concurrent_rollouts.py)."""
 
+HASHED_WHEN_SET = ("executor.serve", "budget.max_output_tokens")
+"""Keys added after runs existed, hashed only when not None, so that the configs made before
+them keep their run ids: ``executor.serve`` (a config with a given ``base_url`` hashes as before
+the managed server existed) and ``budget.max_output_tokens`` (no cap on a call's output)."""
+
 CONFIG_ENTRY = "config"
 """Run-index name (step 0) of the run's config YAML: replay, evaluate and report read it back."""
 
@@ -53,8 +58,8 @@ def config_hash(cfg: RunConfig) -> str:
     are hashed redacted (:meth:`RunConfig.public_dict`): a changed password is the same run, and the stored config
     hashes as the run does. The ``ablation`` section is left out while every key of it is at
     its default (the full method), so runs without ablations keep the ids they had before the
-    section existed; any changed key of it is hashed. ``executor.serve`` is left out while it
-    is None (a config with a given ``base_url`` hashes as before the managed server existed).
+    section existed; any changed key of it is hashed. The keys of :data:`HASHED_WHEN_SET`
+    are left out while they are None.
     """
     data = {k: v for k, v in cfg.public_dict().items() if k not in OPERATIONAL_KEYS}
     if data["ablation"] == to_plain(AblationConfig()):
@@ -62,8 +67,10 @@ def config_hash(cfg: RunConfig) -> str:
     for dotted in NOT_COMPUTED:
         section, key = dotted.split(".")
         data[section] = {k: v for k, v in data[section].items() if k != key}
-    if data["executor"]["serve"] is None:
-        del data["executor"]["serve"]
+    for dotted in HASHED_WHEN_SET:
+        section, key = dotted.split(".")
+        if data[section][key] is None:
+            del data[section][key]
     init = data["policy"].pop("init")
     if init is not None:
         data["policy"]["init"] = {k: v for k, v in init.items() if k != "ref"}
