@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
-from pathlib import Path
 
 import pytest
 from cli_support import cli_fails as _fails
 from mlflow import MlflowClient
 from pipeline_support import SMALL, isolate_flyte_cache, small_config
 from scipy.optimize import linprog
+from test_golden_hashes import golden as golden_hashes
 
 from evosteer_core.episode.budget import TokenUsage
 from evosteer_core.infra.artifacts import LocalStore, RunIndex, open_store
@@ -29,8 +28,6 @@ from evosteer_core.pipeline import costs
 from evosteer_core.pipeline.usage import StageUsage, UsageLog
 from evosteer_flyte.cli import BUDGET_STOP_EXIT
 from evosteer_flyte.cli import main as cli_main
-
-GOLDEN = Path(__file__).parent / "data" / "golden_tiny_sim.json"
 
 PRICES = {
     "prices.models.tiny.prompt": 1.0,
@@ -216,7 +213,7 @@ def test_a_stopped_then_resumed_run_has_the_uninterrupted_runs_artifacts(stopped
     """The golden hashes are those of an uninterrupted two-step run of the same settings."""
     cfg, _ = stopped_run
     index = RunIndex(open_store(cfg.store.root), run_id_for(cfg))
-    golden = json.loads(GOLDEN.read_text())
+    golden = golden_hashes()
     found = {k: {n: index.lookup(int(k), n).sha256 for n in refs} for k, refs in golden.items()}
     assert found == golden
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from machine_pins import machine_key, pinned
 from pipeline_support import isolate_flyte_cache
 from safetensors.torch import load as load_safetensors
 
@@ -31,9 +32,19 @@ from evosteer_core.training.session import init_state, open_session
 INIT = {"kind": "sft", "tasks_per_family": 1, "candidates": 3, "replays": 1, "epochs": 1}
 """A warm start small enough for a test (6 tasks, a few dozen decisions)."""
 
-WEIGHTS_BEFORE_PARADIGMS = "2336382ed2fdbf068cb6ea406f8421bce505d49e8b16f799d0263d31f1c7918b"
+WEIGHTS_BEFORE_PARADIGMS = {
+    "AuthenticAMD AVX512 torch 2.13.0+cpu": (
+        "2336382ed2fdbf068cb6ea406f8421bce505d49e8b16f799d0263d31f1c7918b"
+    ),
+    "GenuineIntel AVX512 torch 2.13.0+cpu": (
+        "e1400a129715e799ca6af346fb5c8870f03c65e04cb5ab39c46ae409848df514"
+    ),
+}
 """sha256 of the weights of ``INIT`` on ``SMALL`` as revision 42e9259 fits them (random
-candidates only): adding paradigm candidates left the random search's bytes unchanged."""
+candidates only), per machine (``tests/machine_pins.py``): adding paradigm candidates left the
+random search's bytes unchanged. A machine's entry is what 42e9259's own code writes there:
+:data:`RECORD`, with a checkout of 42e9259 first on ``PYTHONPATH``."""
+RECORD = "PYTHONPATH=<a checkout of 42e9259> .venv/bin/python tests/test_warm_start.py"
 
 SMALL = {
     "sim.n_train_per_family": 3,
@@ -82,7 +93,8 @@ def test_the_warm_start_never_loads_or_runs_a_held_out_record(tmp_path, monkeypa
     assert all("-train-" in r for r in opened)
     assert summary["tasks"] == len(FAMILIES) and summary["decisions"] > 0
     if not paradigms:  # the bytes of the search before paradigm candidates existed (42e9259)
-        assert hashlib.sha256(weights).hexdigest() == WEIGHTS_BEFORE_PARADIGMS
+        expected = pinned(WEIGHTS_BEFORE_PARADIGMS, "weights of 42e9259", RECORD)
+        assert hashlib.sha256(weights).hexdigest() == expected
 
 
 def test_the_held_out_split_does_not_change_the_weights(tmp_path):
@@ -309,3 +321,12 @@ def test_paradigm_candidates_are_scored_and_kept_by_the_search_rule(tmp_path, mo
         for demos_of in sorted(cands, key=len):  # a stable sort: equal lengths keep their order
             expected += demos_of
     assert demos == expected and summary["kept_sequences"] == 2 * len(tasks)
+
+
+if __name__ == "__main__":  # RECORD: the sha256 of INIT's weights by the code on PYTHONPATH
+    import tempfile
+
+    torch.set_num_threads(1)
+    with tempfile.TemporaryDirectory() as tmp:
+        weights, _ = ws.warm_start_weights(_cfg(Path(tmp)))
+    print(machine_key(), hashlib.sha256(weights).hexdigest())

@@ -14,6 +14,15 @@ def derive_seed(*parts: object) -> int:
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big") >> 1
 
 
+def settle_threads() -> None:
+    """Put torch's thread pool in one state, whatever the process did before: set the count
+    (to the one in force). ``torch.set_num_threads`` also turns MKL's dynamic threading off,
+    and on some CPUs (Intel, measured) that changes the last bits of float32 reductions; so a
+    stage run in a fresh process and one run after a caller set the count write other bytes
+    unless every stage sets it first (docs/pipeline.md, "Bit-identical")."""
+    torch.set_num_threads(torch.get_num_threads())
+
+
 def numpy_rng(*parts: object) -> np.random.Generator:
     """A numpy generator seeded by ``derive_seed(*parts)``."""
     return np.random.default_rng(derive_seed(*parts))

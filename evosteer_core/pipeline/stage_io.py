@@ -38,7 +38,7 @@ from evosteer_core.episode.rollout import rollout_health
 from evosteer_core.infra.artifacts import ArtifactRef, ArtifactStore
 from evosteer_core.infra.config import RunConfig
 from evosteer_core.infra.schemas import DECISIONS, TRAJECTORIES, validate_rescored, validate_tables
-from evosteer_core.infra.seeding import derive_seed
+from evosteer_core.infra.seeding import derive_seed, settle_threads
 from evosteer_core.infra.tracking import ADAPTER_DIR, RunTracker
 from evosteer_core.pipeline.usage import StageUsage, UsageLog
 from evosteer_core.policy.adapter_export import ADAPTER_FILES, adapter_files
@@ -120,8 +120,11 @@ class StepStore:
 
 
 def seed_stage(cfg: RunConfig, step: int, stage: str) -> None:
-    """Seed torch's global generator per (run, step, stage): whatever ran before in the process
-    (other tasks, a crashed attempt), the stage and the RNG state it checkpoints are the same."""
+    """Seed torch's global generator per (run, step, stage) and settle its thread pool: whatever
+    ran before in the process (other tasks, a crashed attempt, a caller's
+    ``torch.set_num_threads``), the stage, its bytes and the RNG state it checkpoints are the
+    same."""
+    settle_threads()
     torch.manual_seed(derive_seed(cfg.train.seed, step, stage, "torch_global"))
 
 

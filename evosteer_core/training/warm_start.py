@@ -47,7 +47,7 @@ from evosteer_core.infra.artifacts import (
 )
 from evosteer_core.infra.config import RunConfig, WarmStartConfig
 from evosteer_core.infra.runs import slice_identity
-from evosteer_core.infra.seeding import derive_seed, numpy_rng
+from evosteer_core.infra.seeding import derive_seed, numpy_rng, settle_threads
 from evosteer_core.paradigms.registry import paradigm
 from evosteer_core.policy.backbone import Policy, backbone_weights, load_policy
 from evosteer_core.policy.render import public_state, render
@@ -306,6 +306,7 @@ def warm_start_weights(cfg: RunConfig) -> tuple[bytes, dict[str, float]]:
     spec = cfg.policy.init
     if spec is None:
         raise ValueError("policy.init: no warm start is configured")
+    settle_threads()  # the same bytes in a fresh process and after a caller set the count
     world = world_for(cfg, load_split(cfg, "train"), [])
     policy = load_policy(replace(cfg.policy, init=None), seed=cfg.train.seed, reuse=False)
     demos, summary = search_demonstrations(cfg, world, policy)
