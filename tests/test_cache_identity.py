@@ -53,6 +53,7 @@ CANDIDATES: dict[str, list[Any]] = {
     "skills.author": ["llm"],
     "budget.run_cost": [10.0],
     "budget.max_output_tokens": [256],
+    "train.update_micro_batch": [8],
     "prices.currency": ["EUR"],
     "prices.models": [{"tiny": {"prompt": 1.0, "completion": 2.0}}],
 }

@@ -144,11 +144,13 @@ def test_skill_state_round_trips(cfg):
     assert again.to_dict() == s.skills.to_dict()
 
 
-def test_two_pass_actor_gradient_equals_direct_autograd(cfg):
-    """Σ_t Γ_t ∇ℓ_θ (micro-batched) equals autograd through the loss with Δℓ = ℓ_θ − ℓ_ρ."""
+def test_two_pass_actor_gradient_equals_direct_autograd():
+    """Σ_t Γ_t ∇ℓ_θ (micro-batched, ``train.update_micro_batch`` decisions a pass) equals
+    autograd through the loss with Δℓ = ℓ_θ − ℓ_ρ."""
     from evosteer_core.objectives import build_objective
     from evosteer_core.training.update import ScoredBatch
 
+    cfg = load_config(None, overrides={**SMALL, "train.update_micro_batch": 5})
     state = init_state(cfg)
     s = open_session(cfg, state)
     with torch.no_grad():  # a non-zero adapter, so that θ ≠ ρ
@@ -164,7 +166,17 @@ def test_two_pass_actor_gradient_equals_direct_autograd(cfg):
 
     built = ScoredBatch(s, scored, decisions, rescored, u)
     objective(built.batch()).loss.backward()
-    built.backprop_actor(chunk=5)
+    passes, score = [], s.policy.score
+
+    def counted(prompts, *args, **kwargs):
+        passes.append(len(prompts))
+        return score(prompts, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(s.policy, "score", counted)
+        built.backprop_actor()
+    multi = int((built.rows["legal"].map(len) > 1).sum())
+    assert passes == [5] * (multi // 5) + ([multi % 5] if multi % 5 else []) and multi > 5
     two_pass = [p.grad.clone() for p in params]
 
     for p in params:

@@ -177,6 +177,7 @@ def test_the_hash_holds_the_spec_not_the_ref_and_none_keeps_old_run_ids(tmp_path
         data[section].pop(key)
     assert data["executor"].pop("serve") is None  # no managed server: hashed as before it
     assert data["budget"].pop("max_output_tokens") is None  # no output cap: likewise
+    assert data["train"].pop("update_micro_batch") is None  # the default micro-batch: likewise
     assert config_hash(plain) == hashlib.sha256(canonical_json(data)).hexdigest()
 
 

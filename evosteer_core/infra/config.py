@@ -356,6 +356,10 @@ class AdamWConfig:
         _check(self.weight_decay >= 0, f"weight_decay: must be >= 0, got {self.weight_decay}")
 
 
+UPDATE_MICRO_BATCH = 64
+"""Decisions per micro-batch of the update's backward when ``train.update_micro_batch`` is None."""
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     """The training loop (Alg. 1, Table 3). ``seed`` is the run seed of every derived draw.
@@ -365,6 +369,9 @@ class TrainConfig:
     ``ctb``, CollabFlow's, set by its ``collabflow`` section: docs/collabflow.md §3).
     ``max_nonfinite_steps``: how many update steps with a non-finite loss or gradient (their
     AdamW step is skipped) a run tolerates; one more stops it (docs/reliability.md).
+    ``update_micro_batch``: decisions per micro-batch of the update's backward through the
+    backbone (None: :data:`UPDATE_MICRO_BATCH`); the peak memory of the update grows with it
+    (a large backbone wants a small one), and the last bits of the gradient follow it.
     """
 
     steps: int = 240
@@ -384,8 +391,14 @@ class TrainConfig:
     objective: str = "anchortb"
     beta: float = 2.0
     max_nonfinite_steps: int = 3
+    update_micro_batch: int | None = None
 
     def __post_init__(self) -> None:
+        if self.update_micro_batch is not None:
+            _check(
+                self.update_micro_batch > 0,
+                f"update_micro_batch: must be > 0 or null, got {self.update_micro_batch}",
+            )
         for name in ("steps", "batch_size", "value_window"):
             _check(getattr(self, name) > 0, f"{name}: must be > 0, got {getattr(self, name)}")
         for name in ("rollouts_theta", "rollouts_rho", "value_fit_steps", "max_nonfinite_steps"):

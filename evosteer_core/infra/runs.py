@@ -33,10 +33,11 @@ NOT_COMPUTED = ("train.steps", "budget.run_cost", "executor.concurrency")
 the budget it may spend (raising either continues the same run) and how many node calls are
 in flight at once (the tables are written in decision order, tests/test_concurrent_rollouts.py)."""
 
-HASHED_WHEN_SET = ("executor.serve", "budget.max_output_tokens")
+HASHED_WHEN_SET = ("executor.serve", "budget.max_output_tokens", "train.update_micro_batch")
 """Keys added after runs existed, hashed only when not None, so that the configs made before
 them keep their run ids: ``executor.serve`` (a config with a given ``base_url`` hashes as before
-the managed server existed) and ``budget.max_output_tokens`` (no cap on a call's output)."""
+the managed server existed), ``budget.max_output_tokens`` (no cap on a call's output) and
+``train.update_micro_batch`` (the default micro-batch)."""
 
 CONFIG_ENTRY = "config"
 """Run-index name (step 0) of the run's config YAML: replay, evaluate and report read it back."""

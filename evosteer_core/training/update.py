@@ -19,7 +19,7 @@ import torch
 from evosteer_core.anchors import StateKeys
 from evosteer_core.episode.actions import KINDS, Action
 from evosteer_core.evaluation.ranking import auc
-from evosteer_core.infra.config import RunConfig
+from evosteer_core.infra.config import UPDATE_MICRO_BATCH, RunConfig
 from evosteer_core.objectives import TrajectoryBatch
 from evosteer_core.policy.trie import action_trie
 from evosteer_core.training.results import ActorUpdate, Rescored, Rollouts
@@ -304,18 +304,20 @@ class ScoredBatch:
             out.append(max(1, sum(len(a) > 1 for a in trie.path_allowed(trie.index_of(text)))))
         return out
 
-    def backprop_actor(self, chunk: int = 64) -> None:
+    def backprop_actor(self) -> None:
         """Accumulate Σ_t Γ_t ∇_θ ℓ_θ(a_t|s_t) into the LoRA gradients, a micro-batch at a time.
 
         Only decisions with more than one legal action have a θ-dependent ℓ (a single legal
         action scores 0 under θ and ρ alike), so only those are re-scored with a graph.
         Micro-batches follow the prompts' text order, so each holds decisions of few tasks and
         their shared prompt head runs once (``score_actions``); the order is fixed, so runs
-        stay bitwise.
+        stay bitwise. A micro-batch holds ``train.update_micro_batch`` decisions (the peak
+        memory of the backward follows it).
         """
         if self._delta is None or self._delta.grad is None:
             raise RuntimeError("backprop_actor: call batch() and loss.backward() first")
         gamma, rows, policy = self._delta.grad, self.rows, self._session.policy
+        chunk = self._session.cfg.train.update_micro_batch or UPDATE_MICRO_BATCH
         multi = np.flatnonzero((rows["legal"].map(len) > 1).to_numpy())
         multi = multi[np.argsort(rows["prompt"].to_numpy()[multi], kind="stable")]
         for start in range(0, len(multi), chunk):
