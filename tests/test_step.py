@@ -11,6 +11,7 @@ import torch
 
 from evosteer_core.episode.records import FAMILIES
 from evosteer_core.infra.config import load_config
+from evosteer_core.infra.configio import ConfigError
 from evosteer_core.sim.skills import LATENT_SKILLS
 from evosteer_core.skills.admission import SkillState
 from evosteer_core.skills.skill import Skill
@@ -199,6 +200,15 @@ def test_two_pass_actor_gradient_equals_direct_autograd():
     for a, b in zip(two_pass, (p.grad for p in params), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
     assert any(g.abs().sum() > 0 for g in two_pass)
+
+
+@pytest.mark.parametrize("value", [0, -8])
+def test_a_non_positive_update_micro_batch_is_one_line_naming_the_key(value):
+    with pytest.raises(ConfigError, match=r"train.*update_micro_batch: must be > 0 or null"):
+        load_config(None, overrides={"train.update_micro_batch": value})
+    assert load_config(None, overrides={"train.update_micro_batch": None}).train == (
+        load_config(None).train
+    )
 
 
 def test_evaluation_of_theta_and_rho_is_paired(cfg):
