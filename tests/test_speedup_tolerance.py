@@ -1,18 +1,21 @@
-"""A 3-step tiny-sim run of this code against the same run of the code before the shared
-passes (docs/performance.md, "Savings that change the last bits"), within stated tolerances.
+"""A 3-step tiny-sim run of this code against the same run of the code before each saving that
+moves floats (docs/performance.md, "Savings that change the last bits"), within stated
+tolerances.
 
-The re-score stage takes ℓ and h_ρ of each sampled decision from the pass that sampled it, and
-the sampler runs each group's prompt head once: the same parameters, prompts, tokens and masks
-in batches of other shapes, so floats move by float32 rounding and nothing else. What must
+Before ``85193b9``'s successor, the re-score stage took ℓ and h_ρ of each sampled decision
+from the pass that sampled it, and the sampler ran each group's prompt head once; after
+``da2d2e9``, the last layer runs only at the positions read (``policy.read_positions``). Each
+is the same parameters, prompts, tokens and masks in batches of other shapes or at fewer
+positions, so floats move by float32 rounding and nothing else. What must
 stay *exactly* equal: every trajectory (reward, actions, tokens, health), every decision's
 action and forced flag. What may move, and by how much (``TOLERANCE``): ℓ (recorded, θ, ρ),
 h_ρ, the update's metrics and the trained tensors after three steps.
 
-``tests/data/before_shared_passes_3step.json`` holds the run of the code before (revision
-``BEFORE``), written by this module's ``--write`` mode, which runs the dump under that
-revision (a temporary ``git worktree``) with this file's own summary code:
+Each file of ``BASELINES`` in ``tests/data/`` holds the run of the code before (its
+revision), written by this module's ``--write`` mode, which runs the dump under that revision
+(a temporary ``git worktree``) with this file's own summary code:
 
-    .venv/bin/python tests/test_speedup_tolerance.py --write 85193b9
+    .venv/bin/python tests/test_speedup_tolerance.py --write 85193b9 before_shared_passes_3step.json
 """
 
 from __future__ import annotations
@@ -25,9 +28,14 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+import pytest
 
-DATA = Path(__file__).parent / "data" / "before_shared_passes_3step.json"
-BEFORE = "85193b9"
+DATA = Path(__file__).parent / "data"
+BASELINES = {
+    "before_shared_passes_3step.json": "85193b9",
+    "before_read_positions_3step.json": "da2d2e9",
+}
+"""Dump file → the revision it was written from."""
 STEPS = 3
 TOLERANCE = {
     "logp": 1e-5,
@@ -98,9 +106,14 @@ def _close(got: list[float], want: list[float], tol: float, relative: bool = Fal
     return worst
 
 
-def test_a_three_step_run_matches_the_code_before_within_tolerance(tmp_path):
-    before = json.loads(DATA.read_text())
-    now = summarize(tmp_path / "runs")
+@pytest.fixture(scope="module")
+def now(tmp_path_factory) -> dict:
+    return summarize(tmp_path_factory.mktemp("tolerance") / "runs")
+
+
+@pytest.mark.parametrize("baseline", sorted(BASELINES))
+def test_a_three_step_run_matches_the_code_before_within_tolerance(now, baseline):
+    before = json.loads((DATA / baseline).read_text())
     for step in map(str, range(1, STEPS + 1)):
         got, want = now[step], before[step]
         assert got["trajectories"] == want["trajectories"], f"step {step}: trajectories differ"
@@ -122,8 +135,8 @@ def test_a_three_step_run_matches_the_code_before_within_tolerance(tmp_path):
         _close(now["tensors"][name], want, TOLERANCE["tensors"], relative=True)
 
 
-def _write(rev: str) -> None:
-    """Dump the run of revision ``rev`` (a temporary worktree) into DATA."""
+def _write(rev: str, name: str) -> None:
+    """Dump the run of revision ``rev`` (a temporary worktree) into ``DATA / name``."""
     repo = Path(__file__).resolve().parent.parent
     with tempfile.TemporaryDirectory() as tmp:
         tree = Path(tmp) / "tree"
@@ -132,20 +145,23 @@ def _write(rev: str) -> None:
         try:
             env = {**os.environ, "PYTHONPATH": str(tree)}
             subprocess.run(
-                [sys.executable, __file__, "--dump", str(DATA)], check=True, env=env, cwd=tree
+                [sys.executable, __file__, "--dump", str(DATA / name)],
+                check=True,
+                env=env,
+                cwd=tree,
             )
         finally:
             subprocess.run(["git", "-C", str(repo), "worktree", "remove", "--force", str(tree)],
                            check=True, capture_output=True)
-    print(f"wrote {DATA} from {rev}")
+    print(f"wrote {DATA / name} from {rev}")
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] == "--write":
-        _write(sys.argv[2])
+    if len(sys.argv) == 4 and sys.argv[1] == "--write":
+        _write(sys.argv[2], sys.argv[3])
     elif len(sys.argv) == 3 and sys.argv[1] == "--dump":
         with tempfile.TemporaryDirectory() as tmp:
             summary = summarize(Path(tmp) / "runs")
         Path(sys.argv[2]).write_text(json.dumps(summary) + "\n")
     else:
-        sys.exit("usage: test_speedup_tolerance.py --write REV")
+        sys.exit("usage: test_speedup_tolerance.py --write REV FILE")

@@ -34,17 +34,15 @@ INIT = {"kind": "sft", "tasks_per_family": 1, "candidates": 3, "replays": 1, "ep
 
 WEIGHTS_BEFORE_PARADIGMS = {
     "AuthenticAMD AVX512 torch 2.13.0+cpu": (
-        "2336382ed2fdbf068cb6ea406f8421bce505d49e8b16f799d0263d31f1c7918b"
-    ),
-    "GenuineIntel AVX512 torch 2.13.0+cpu": (
-        "e1400a129715e799ca6af346fb5c8870f03c65e04cb5ab39c46ae409848df514"
+        "6673c99cd1b955db4735c72dbfba43988ceef785feba7f44ac732b365942c131"
     ),
 }
-"""sha256 of the weights of ``INIT`` on ``SMALL`` as revision 42e9259 fits them (random
-candidates only), per machine (``tests/machine_pins.py``): adding paradigm candidates left the
-random search's bytes unchanged. A machine's entry is what 42e9259's own code writes there:
-:data:`RECORD`, with a checkout of 42e9259 first on ``PYTHONPATH``."""
-RECORD = "PYTHONPATH=<a checkout of 42e9259> .venv/bin/python tests/test_warm_start.py"
+"""sha256 of the weights of ``INIT`` on ``SMALL`` with random candidates only, per machine
+(``tests/machine_pins.py``): adding paradigm candidates (after 42e9259) left the random
+search's bytes unchanged, and this pins them since. Re-pinned when the last layer began to run
+at the read positions only (``CODE_VERSION`` 8, float rounding: docs/performance.md); a
+machine's entry is what :data:`RECORD` prints there."""
+RECORD = ".venv/bin/python tests/test_warm_start.py"
 
 SMALL = {
     "sim.n_train_per_family": 3,

@@ -35,6 +35,7 @@ from evosteer_core.infra.config import PolicyConfig
 from evosteer_core.infra.model_cache import is_complete, publish_folder
 from evosteer_core.infra.quiet import quiet_transformers
 from evosteer_core.infra.seeding import derive_seed
+from evosteer_core.policy.read_positions import hidden_at, supports_read_positions
 from evosteer_core.policy.render import render
 from evosteer_core.policy.tokenizer import TINY_TOKENIZER_DIR, PolicyTokenizer, load_tiny_tokenizer
 
@@ -156,16 +157,26 @@ class Policy:
         position_ids: torch.Tensor,
         cache: Cache | None = None,
         use_cache: bool = False,
+        read: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, Cache | None]:
-        """Last-layer hidden states [B, T, d] (after the final norm) and the updated KV cache."""
-        out = self._decoder(
+        """Last-layer hidden states (after the final norm) and the updated KV cache: [B, T, d],
+        or with ``read`` ([B, K] indices of each row's input positions) only those, [B, K, d],
+        the last layer run at the read positions alone (``read_positions``)."""
+        args = dict(
             input_ids=input_ids.to(self.device),
             attention_mask=attention_mask.to(self.device),
             position_ids=position_ids.to(self.device),
             cache=cache,
             use_cache=use_cache,
         )
-        return out.last_hidden_state, out.cache if use_cache else None
+        if read is not None and supports_read_positions(self._decoder):
+            return hidden_at(self._decoder, read=read.to(self.device), **args)
+        out = self._decoder(**args)
+        hidden = out.last_hidden_state
+        if read is not None:
+            rows = torch.arange(len(hidden), device=hidden.device).unsqueeze(1)
+            hidden = hidden[rows, read.to(self.device)]
+        return hidden, out.cache if use_cache else None
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Next-token logits (float32) from last-layer hidden states."""

@@ -29,7 +29,7 @@ def encode_h_rho(policy: Policy, prompts: Sequence[str], batch_size: int = 64) -
         for start in range(0, len(encoded), batch_size):
             chunk = encoded[start : start + batch_size]
             ids, mask, pos = right_pad(chunk, tok.pad_id)
-            hidden, _ = policy.hidden(ids, mask, pos)
-            last = torch.tensor([len(c) - 1 for c in chunk], device=hidden.device)
-            out.append(hidden[torch.arange(len(chunk), device=hidden.device), last].float())
+            last = torch.tensor([[len(c) - 1] for c in chunk])
+            hidden, _ = policy.hidden(ids, mask, pos, read=last)
+            out.append(hidden[:, 0].float())
     return rms_normalize(torch.cat(out)).cpu()

@@ -79,7 +79,8 @@ def _shared_heads(
     ids, head_mask, pos = right_pad(
         [pending[members[0]][:shared] for members, shared in groups], policy.tokenizer.pad_id
     )
-    _, cache = policy.hidden(ids, head_mask, pos, use_cache=True)
+    no_read = torch.zeros(len(groups), 0, dtype=torch.long)
+    _, cache = policy.hidden(ids, head_mask, pos, use_cache=True, read=no_read)
     which = [0] * len(pending)
     in_group = torch.zeros(len(pending), 1, dtype=head_mask.dtype)
     for g, (members, shared) in enumerate(groups):
@@ -144,14 +145,18 @@ def sample_actions(
                 [pending[r] for r in live], tok.pad_id, [seen[r] for r in live]
             )
             full_mask = mask if cache_mask is None else torch.cat([cache_mask, mask], dim=1)
-            hidden, cache = policy.hidden(ids, full_mask, pos, cache, use_cache=True)
+            last_at = (mask.sum(dim=1) - 1).unsqueeze(1)
             if return_hidden and prefill:  # the rest of every row's prompt is in this pass
+                here = torch.tensor([[prompt_lengths[r] - 1 - seen[r]] for r in live])
+                read = torch.cat([last_at, here], dim=1)
+            else:
+                read = last_at
+            hidden, cache = policy.hidden(ids, full_mask, pos, cache, use_cache=True, read=read)
+            if return_hidden and prefill:
                 for slot, r in enumerate(live):
-                    here = prompt_lengths[r] - 1 - seen[r]
-                    hiddens[r] = hidden[slot, here].float().cpu().clone()
+                    hiddens[r] = hidden[slot, 1].float().cpu().clone()
             prefill = False
-            lengths = mask.sum(dim=1)
-            last = hidden[torch.arange(len(live)), (lengths - 1).to(hidden.device)]
+            last = hidden[:, 0]
             logits = policy.logits(last).cpu()
             keep = []
             for slot, r in enumerate(live):

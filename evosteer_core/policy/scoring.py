@@ -92,12 +92,6 @@ def _score(
     with grad, policy.adapter_context(use_adapter):
         for members, shared in groups:
             chunk = [items[m] for m in members]
-            hidden = hidden_after_prefix(
-                policy, [p + list(a[:-1]) for _, p, a, _ in chunk], shared
-            )
-            if encode:
-                for slot, (row, prompt_ids, _, _) in enumerate(chunk):
-                    encoded[row] = hidden[slot, len(prompt_ids) - 1 - shared].float()
             slots, places, targets, rows, masks = [], [], [], [], []
             for slot, (row, prompt_ids, action_ids, allowed) in enumerate(chunk):
                 for j, options in enumerate(allowed):
@@ -107,9 +101,24 @@ def _score(
                         targets.append(options.index(action_ids[j]))
                         rows.append(row)
                         masks.append(options)
+            if not slots and not encode:
+                continue
+            wanted = [[len(p) - 1 - shared] if encode else [] for _, p, _, _ in chunk]
+            for slot, place in zip(slots, places, strict=True):
+                wanted[slot].append(place)
+            read, column = read_positions(wanted)
+            hidden = hidden_after_prefix(
+                policy, [p + list(a[:-1]) for _, p, a, _ in chunk], shared, read
+            )
+            if encode:
+                for slot, (row, _, _, _) in enumerate(chunk):
+                    encoded[row] = hidden[slot, 0].float()
             if not slots:
                 continue
-            logits = policy.logits(hidden[torch.tensor(slots), torch.tensor(places)])
+            at = torch.tensor(
+                [column[slot][place] for slot, place in zip(slots, places, strict=True)]
+            )
+            logits = policy.logits(hidden[torch.tensor(slots), at])
             width = max(len(m) for m in masks)
             option_ids = torch.tensor([list(m) + [m[0]] * (width - len(m)) for m in masks])
             valid = torch.tensor([[k < len(m) for k in range(width)] for m in masks])
@@ -122,19 +131,42 @@ def _score(
     return scores, torch.stack(encoded) if encode else None
 
 
-def hidden_after_prefix(policy: Policy, seqs: list[list[int]], shared: int) -> torch.Tensor:
-    """Hidden states of ``seqs[i][shared:]`` (right-padded) after their common first ``shared``
-    tokens, which run once and reach every row through a repeated KV cache (gradients from all
-    rows flow back into that one pass). ``shared = 0`` is a plain padded forward pass."""
+def read_positions(wanted: list[list[int]]) -> tuple[torch.Tensor, list[dict[int, int]]]:
+    """The [B, K] ``read`` tensor of ``Policy.hidden`` for each row's wanted positions (in
+    order, repeats dropped; short rows repeat their first position), and per row the column
+    of each wanted position in it."""
+    columns = [dict.fromkeys(w) for w in wanted]
+    for k, col in enumerate(columns):
+        for j, place in enumerate(col):
+            col[place] = j
+        if not col:
+            raise ValueError(f"row {k} reads no position")
+    width = max(len(c) for c in columns)
+    read = [list(c) + [next(iter(c))] * (width - len(c)) for c in columns]
+    return torch.tensor(read, dtype=torch.long), columns
+
+
+def hidden_after_prefix(
+    policy: Policy, seqs: list[list[int]], shared: int, read: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Hidden states of ``seqs[i][shared:]`` (right-padded) after their common first
+    ``shared`` tokens, which run once and reach every row through a repeated KV cache
+    (gradients from all rows flow back into that one pass); ``shared = 0`` is a plain padded
+    forward pass. With ``read`` ([B, K] positions of ``seqs[i][shared:]``) only those, and
+    the shared head's pass only fills the cache (``Policy.hidden``)."""
     pad = policy.tokenizer.pad_id
     if shared == 0:
         ids, mask, pos = right_pad(seqs, pad)
-        return policy.hidden(ids, mask, pos)[0]
+        return policy.hidden(ids, mask, pos, read=read)[0]
     head = torch.tensor([seqs[0][:shared]], dtype=torch.long)
     _, cache = policy.hidden(
-        head, torch.ones_like(head), torch.arange(shared).unsqueeze(0), use_cache=True
+        head,
+        torch.ones_like(head),
+        torch.arange(shared).unsqueeze(0),
+        use_cache=True,
+        read=None if read is None else torch.zeros(1, 0, dtype=torch.long),
     )
     cache.batch_repeat_interleave(len(seqs))
     ids, mask, pos = right_pad([s[shared:] for s in seqs], pad, [shared] * len(seqs))
     full_mask = torch.cat([torch.ones(len(seqs), shared, dtype=mask.dtype), mask], dim=1)
-    return policy.hidden(ids, full_mask, pos, cache, use_cache=True)[0]
+    return policy.hidden(ids, full_mask, pos, cache, use_cache=True, read=read)[0]
