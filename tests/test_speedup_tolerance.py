@@ -4,9 +4,11 @@ tolerances.
 
 Before ``85193b9``'s successor, the re-score stage took ℓ and h_ρ of each sampled decision
 from the pass that sampled it, and the sampler ran each group's prompt head once; after
-``da2d2e9``, the last layer runs only at the positions read (``policy.read_positions``). Each
-is the same parameters, prompts, tokens and masks in batches of other shapes or at fewer
-positions, so floats move by float32 rounding and nothing else. What must
+``da2d2e9``, the last layer runs only at the positions read (``policy.read_positions``); after
+``4ff7d21``, scoring groups prompts with a price per pass and splits a group into
+length-sorted batches (``policy.batch``). Each is the same parameters, prompts, tokens and
+masks in batches of other shapes or at fewer positions, so floats move by float32 rounding
+and nothing else. What must
 stay *exactly* equal: every trajectory (reward, actions, tokens, health), every decision's
 action and forced flag. What may move, and by how much (``TOLERANCE``): ℓ (recorded, θ, ρ),
 h_ρ, the update's metrics and the trained tensors after three steps.
@@ -34,6 +36,7 @@ DATA = Path(__file__).parent / "data"
 BASELINES = {
     "before_shared_passes_3step.json": "85193b9",
     "before_read_positions_3step.json": "da2d2e9",
+    "before_pass_price_3step.json": "4ff7d21",
 }
 """Dump file → the revision it was written from."""
 STEPS = 3

@@ -34,14 +34,15 @@ INIT = {"kind": "sft", "tasks_per_family": 1, "candidates": 3, "replays": 1, "ep
 
 WEIGHTS_BEFORE_PARADIGMS = {
     "AuthenticAMD AVX512 torch 2.13.0+cpu": (
-        "6673c99cd1b955db4735c72dbfba43988ceef785feba7f44ac732b365942c131"
+        "1b200668a3148e6826d53d9ca62066f576fd43ca3468abf8cd7774c988805f5a"
     ),
 }
 """sha256 of the weights of ``INIT`` on ``SMALL`` with random candidates only, per machine
 (``tests/machine_pins.py``): adding paradigm candidates (after 42e9259) left the random
 search's bytes unchanged, and this pins them since. Re-pinned when the last layer began to run
-at the read positions only (``CODE_VERSION`` 8, float rounding: docs/performance.md); a
-machine's entry is what :data:`RECORD` prints there."""
+at the read positions only (``CODE_VERSION`` 8) and when scoring began to price its passes
+(``CODE_VERSION`` 9), both float rounding (docs/performance.md); a machine's entry is what
+:data:`RECORD` prints there."""
 RECORD = ".venv/bin/python tests/test_warm_start.py"
 
 SMALL = {

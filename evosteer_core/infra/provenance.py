@@ -29,7 +29,7 @@ GIT_COMMIT_TAG = "evosteer.git_commit"
 GIT_DIRTY_TAG = "evosteer.git_dirty"
 CACHE_VERSION_KEY = "evosteer.cache_version"
 
-CODE_VERSION = "8"
+CODE_VERSION = "9"
 """Bump when a task's outputs change for the same inputs (flytekit's cache ignores code)."""
 
 CACHE_VERSION = f"{evosteer_core.__version__}-{CODE_VERSION}"

@@ -33,8 +33,15 @@ def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     return n
 
 
+PASS_TOKENS = 128
+"""What one more forward pass costs, in padded tokens (its fixed per-call work: module calls,
+kernel launches, the autograd graph): the price :func:`length_batches` sets against the pads a
+split saves, and scoring's :func:`shared_prefix_groups` against the head tokens a group saves
+(measured on the tiny backbone: docs/performance.md)."""
+
+
 def shared_prefix_groups(
-    seqs: Sequence[Sequence[int]], max_group: int
+    seqs: Sequence[Sequence[int]], max_group: int, pass_tokens: int = 0
 ) -> list[tuple[list[int], int]]:
     """Micro-batches of ``seqs`` (indices) that share a token prefix, with its length.
 
@@ -42,9 +49,12 @@ def shared_prefix_groups(
     a micro-batch of them can run the head once and only the rest per row. ``seqs`` are sorted
     lexicographically (a sorted run's common prefix is the smallest common prefix of neighbours)
     and cut into runs whose neighbours share at least T tokens, T chosen among the neighbour
-    values to maximize the prefix tokens saved, Σ shared · (size − 1); runs longer than
-    ``max_group`` are split. The shared length stays below each member's length (the last
-    token is always run per row); a single-member group shares 0. Deterministic in ``seqs``.
+    values to maximize the prefix tokens saved, Σ shared · (size − 1), less ``pass_tokens``
+    for every forward pass the groups take (each group one, and one more for its head when it
+    shares one: scoring runs them one by one; the sampler, which runs all heads in one pass,
+    leaves it 0); runs longer than ``max_group`` are split. The shared length stays below each
+    member's length (the last token is always run per row); a single-member group shares 0.
+    Deterministic in ``seqs``.
     """
     if max_group < 1:
         raise ValueError(f"max_group must be >= 1, got {max_group}")
@@ -71,6 +81,31 @@ def shared_prefix_groups(
         return groups
 
     def saved(groups: list[tuple[list[int], int]]) -> int:
-        return sum(shared * (len(members) - 1) for members, shared in groups)
+        passes = len(groups) + sum(shared > 0 for _, shared in groups)
+        return sum(shared * (len(members) - 1) for members, shared in groups) - pass_tokens * passes
 
     return max((cut(t) for t in sorted({0, *near})), key=saved)
+
+
+def length_batches(lengths: Sequence[int], pass_tokens: int = PASS_TOKENS) -> list[list[int]]:
+    """Split rows into padded batches with the fewest padded tokens plus ``pass_tokens`` a
+    batch: rows sorted by length (longest first, ties by index), cut into consecutive runs by
+    an exact dynamic programme over the cut points (a padded batch costs its size times its
+    longest row). Deterministic in ``lengths``; every row in exactly one batch."""
+    if not lengths:
+        return []
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    n = len(order)
+    best = [0.0] + [float("inf")] * n  # best[k]: the cheapest cost of order[:k]
+    cut = [0] * (n + 1)
+    for end in range(1, n + 1):
+        for start in range(end):
+            # sorted longest first: the run order[start:end] pads to order[start]'s length
+            cost = best[start] + (end - start) * lengths[order[start]] + pass_tokens
+            if cost < best[end]:
+                best[end], cut[end] = cost, start
+    runs, end = [], n
+    while end > 0:
+        runs.append(order[cut[end] : end])
+        end = cut[end]
+    return runs[::-1]
