@@ -11,6 +11,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from policy_support import perturb_adapter
 
 from evosteer_core.collabflow.construction import (
     ConstructionBudget,
@@ -57,12 +58,7 @@ def policy(tmp_path_factory: pytest.TempPathFactory) -> Policy:
         cache_dir=str(tmp_path_factory.mktemp("director-cache")),
         reuse=False,
     )
-    gen = torch.Generator().manual_seed(11)
-    with torch.no_grad():
-        for name, param in sorted(out.model.named_parameters()):
-            if "lora_B" in name:
-                param.copy_(torch.randn(param.shape, generator=gen) * 0.5)
-    return out
+    return perturb_adapter(out, 11)
 
 
 def _spec(family: str):

@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from policy_support import perturb_adapter
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -44,13 +45,7 @@ def _policy(cache_dir: str, perturbed: bool) -> Policy:
         ),
         cache_dir=cache_dir,
     )
-    if perturbed:
-        gen = torch.Generator().manual_seed(7)
-        with torch.no_grad():
-            for name, param in sorted(policy.model.named_parameters()):
-                if "lora_B" in name:
-                    param.copy_(torch.randn(param.shape, generator=gen) * 0.5)
-    return policy
+    return perturb_adapter(policy, 7) if perturbed else policy
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from policy_support import perturb_adapter
 from transformers import AutoModelForCausalLM, LlamaConfig
 
 from evosteer_core.infra.config import LoraConfig, PolicyConfig
@@ -35,12 +36,7 @@ def _trained(cache_dir: str, attn: str | None = None) -> Policy:
         attn_implementation=attn,
         reuse=False,
     )
-    gen = torch.Generator().manual_seed(3)
-    with torch.no_grad():
-        for name, param in sorted(policy.model.named_parameters()):
-            if "lora_B" in name:
-                param.copy_(torch.randn(param.shape, generator=gen) * 0.5)
-    return policy
+    return perturb_adapter(policy, 3)
 
 
 def _seqs(lengths: tuple[int, ...], seed: int) -> list[list[int]]:
