@@ -19,11 +19,12 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from evosteer_core.executors.breaker import ExecutorOutageError
-from evosteer_core.infra.artifacts import RunIndex, StoreError
+from evosteer_core.infra.artifacts import MissingArtifactError, RunIndex, StoreError
 from evosteer_core.infra.config import RunConfig
 from evosteer_core.infra.configio import InputError
 from evosteer_core.infra.locks import RunInUseError
-from evosteer_core.pipeline.costs import RunBudgetReached, money, run_spend
+from evosteer_core.pipeline.costs import RunBudgetReached, money, step_usage
+from evosteer_core.pipeline.usage import UsageLog
 
 OUR_LOGGERS = ("evosteer_core", "evosteer_flyte")
 """The loggers whose warnings are shown on the terminal (the libraries' go to the file)."""
@@ -145,7 +146,10 @@ class StepProgress(logging.Handler):
 
     The stage comes from the INFO record that ``stage_io.run_stage`` logs as a stage starts
     (this object is a logging handler on our loggers while the bar is open); finished steps
-    and their metrics from polling the run index once a second. Only a display, so it never
+    and their metrics from polling the run index once a second: the first poll lists the
+    steps recorded so far, later ones look up only the next step's state (``record_step``
+    records it last), so a poll's work does not grow with the run, and each step's spend is
+    read once. Only a display, so it never
     raises: a failed listing (store unreachable, ...) shows as the postfix until a listing
     succeeds again; the workflow reports its own failure."""
 
@@ -166,6 +170,10 @@ class StepProgress(logging.Handler):
         """The stage running now (``step 3 rescore``)."""
         self.last: tuple[int, str] = (0, "")
         """(step, summary) of the latest finished step read so far."""
+        self.recorded: set[int] | None = None
+        """The steps 1..total whose state the index holds (None: not listed yet)."""
+        self.step_costs: dict[int, float] = {}
+        """Each finished step's priced usage (``costs.step_usage``), read once."""
         self.levels: dict[str, int] = {}
 
     def emit(self, record: logging.LogRecord) -> None:
@@ -180,7 +188,7 @@ class StepProgress(logging.Handler):
 
     def _update(self) -> None:
         try:
-            done = [s for s in self.index.steps() if 1 <= s <= self.bar.total]
+            done = self._recorded()
             if done and max(done) != self.last[0]:
                 self.last = (max(done), self._summary(max(done)))
         except Exception as exc:  # noqa: BLE001 - a display must not fail the run
@@ -200,6 +208,28 @@ class StepProgress(logging.Handler):
             if text != self.bar.postfix:
                 self.bar.set_postfix_str(text)
 
+    def _recorded(self) -> list[int]:
+        """The finished steps: listed once, then each next step's state looked up."""
+        if self.recorded is None:
+            self.recorded = {s for s in self.index.steps() if 1 <= s <= self.bar.total}
+        step = max(self.recorded, default=0) + 1
+        while step <= self.bar.total:
+            try:
+                self.index.lookup(step, "state")
+            except MissingArtifactError:
+                break
+            self.recorded.add(step)
+            step += 1
+        return sorted(self.recorded)
+
+    def _spent(self, cfg: RunConfig, step: int) -> float:
+        """The run's spend through ``step`` (``costs.run_spend``), each step's records read once."""
+        usage = UsageLog(self.index.store, self.index.run_id)
+        for k in range(1, step + 1):
+            if k not in self.step_costs:
+                self.step_costs[k] = step_usage(cfg, usage.step(k)).cost
+        return sum(self.step_costs[k] for k in range(1, step + 1))
+
     def _summary(self, step: int) -> str:
         from evosteer_core.pipeline.stage_io import StepStore, step_metrics
 
@@ -211,7 +241,7 @@ class StepProgress(logging.Handler):
                 f" healthy_fraction={m['healthy_fraction']:.2f}"
             )
         if self.cfg is not None:
-            spent = run_spend(self.cfg, self.index.store, self.index.run_id, through=step).total
+            spent = self._spent(self.cfg, step)
             budget = self.cfg.budget.run_cost
             text += f" · spent {money(self.cfg, spent)}"
             text += "" if budget is None else f" of {money(self.cfg, budget)}"

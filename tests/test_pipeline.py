@@ -97,31 +97,79 @@ def test_three_steps_log_every_metric_and_adapter_per_step(base_run):
     assert run.data.tags["sha256.state"] == out.state.sha256
 
 
-def test_the_decks_memo_reads_each_step_once_and_equals_a_fresh_read(base_run, monkeypatch):
-    """The training Deck redraws every step so far; through its memo a step's artifacts are
-    loaded once, and the history equals one read from the store without a memo."""
+def test_step_metrics_are_read_once_a_process_and_equal_a_fresh_read(base_run, monkeypatch):
+    """The training Deck redraws every step so far, and MLflow and the progress bar ask for
+    each step's metrics too: through ``stage_io.STEP_METRICS`` a step's artifacts are loaded
+    once, and the history equals one read from the store with an empty memo."""
     import pandas as pd
 
     from evosteer_core.infra.memo import BoundedMemo
     from evosteer_core.pipeline.report import run_history
-    from evosteer_flyte.tasks.tracking_tasks import DECK_METRICS
 
     cfg, _ = base_run
     store, run_id = open_store(cfg.store.root), run_id_for(cfg)
-    assert len(DECK_METRICS) >= 3  # the run's last-step Deck went through it
-    fresh = run_history(store, run_id)
+    assert len(core.STEP_METRICS) >= 3  # the run's tasks went through it
     loads = []
     plain_get = core.StepStore.get_object
     monkeypatch.setattr(
         core.StepStore, "get_object", lambda io, ref: loads.append(ref) or plain_get(io, ref)
     )
-    memo = BoundedMemo(16)
-    first = run_history(store, run_id, memo)
+    kept = run_history(store, run_id)
+    assert loads == []  # the run's own tasks had read every step
+    monkeypatch.setattr(core, "STEP_METRICS", BoundedMemo(16))
+    fresh = run_history(store, run_id)
     read_once = len(loads)
-    again = run_history(store, run_id, memo)
+    again = run_history(store, run_id)
     assert read_once >= 3 and len(loads) == read_once  # the second history loaded nothing
-    pd.testing.assert_frame_equal(first, fresh)
+    pd.testing.assert_frame_equal(kept, fresh)
     pd.testing.assert_frame_equal(again, fresh)
+    ref = RunIndex(store, run_id).step_artifacts(1)
+    changed = {**ref, "value": ref["update"]}  # another artifact: another key, read anew
+    assert core.step_metrics(core.StepStore(store), changed) != core.step_metrics(
+        core.StepStore(store), ref
+    )
+
+
+def test_the_progress_bar_lists_once_then_looks_up_the_next_state(base_run, tmp_path, monkeypatch):
+    """After its first poll, the progress bar finds a new step by its state alone (no listing
+    that grows with the run); a step recorded without its state is not finished yet; the
+    spend it shows equals ``costs.run_spend`` of the same records."""
+    import dataclasses
+
+    from evosteer_core.infra.artifacts import LocalStore
+    from evosteer_core.pipeline.costs import money, run_spend
+    from evosteer_flyte.console import StepProgress
+
+    cfg, _ = base_run
+    run_id = run_id_for(cfg)
+    shutil.copytree(cfg.store.root, tmp_path / "store")
+    store = LocalStore(tmp_path / "store")
+    priced = dataclasses.replace(cfg, prices=dataclasses.replace(cfg.prices, cpu_hour=3.6e5))
+    listed: list[str] = []
+    plain = LocalStore.list_entries
+    monkeypatch.setattr(
+        LocalStore, "list_entries", lambda st, prefix: listed.append(prefix) or plain(st, prefix)
+    )
+    index = RunIndex(store, run_id)
+    progress = StepProgress(index, total=5, cfg=priced)
+    progress._update()
+    assert progress.bar.n == 3 and progress.last[0] == 3
+    spent = run_spend(priced, store, run_id, through=3).total
+    assert spent > 0 and progress.last[1].endswith(f"spent {money(priced, spent)}")
+    three = index.step_artifacts(3)
+    listed.clear()
+    progress._update()
+    assert listed == []  # nothing new: one lookup of step 4's state
+    index.record(4, "trajectories", three["trajectories"])  # step 4 partly recorded
+    progress._update()
+    assert progress.bar.n == 3 and listed == []
+    for name, ref in three.items():
+        index.record(4, name, ref)
+    progress._update()
+    assert progress.bar.n == 4 and progress.last[0] == 4
+    assert not any(prefix.startswith(f"index/{run_id}/steps") and prefix.count("/") == 2
+                   for prefix in listed)  # the index was not listed again
+    progress.bar.close()
 
 
 def test_extending_to_four_steps_executes_only_step_four(base_run, flyte_env, monkeypatch):

@@ -13,7 +13,6 @@ draws the plots; the Flyte tasks that produce the numbers show the same figures 
 from __future__ import annotations
 
 import base64
-import functools
 import html
 import io
 import shlex
@@ -24,7 +23,6 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from evosteer_core.infra.artifacts import ArtifactStore, RunIndex
-from evosteer_core.infra.memo import BoundedMemo
 from evosteer_core.infra.provenance import (
     CACHE_VERSION_KEY,
     CODE_HASH_TAG,
@@ -133,27 +131,17 @@ class RunReport:
     """That object's sha256 (the step-0 ``config`` entry)."""
 
 
-StepMetricsMemo = BoundedMemo[tuple[tuple[str, str], ...], dict[str, float]]
-"""Step metrics by the sha256 of every artifact of the step (content-addressed, so the
-metrics are a function of those hashes)."""
-
-
-def run_history(
-    store: ArtifactStore, run_id: str, memo: StepMetricsMemo | None = None
-) -> pd.DataFrame:
-    """One row per recorded step (≥ 1) with every metric the step's artifacts hold. With
-    ``memo``, a step whose artifacts were read before is not read again (the training Deck
-    redraws every step so far every few steps)."""
+def run_history(store: ArtifactStore, run_id: str) -> pd.DataFrame:
+    """One row per recorded step (≥ 1) with every metric the step's artifacts hold (each
+    step's read once a process: ``stage_io.STEP_METRICS``; the training Deck redraws every
+    step so far every few steps)."""
     index = RunIndex(store, run_id)
     io_ = StepStore(store)
     rows = []
     for step in index.steps():
         refs = index.step_artifacts(step)
         if step >= 1 and any(set(m.artifacts) <= refs.keys() for m in METHODS.values()):
-            read = functools.partial(step_metrics, io_, refs)
-            key = tuple(sorted((name, ref.sha256) for name, ref in refs.items()))
-            metrics = read() if memo is None else dict(memo.get(key, read))
-            rows.append({"step": step, **metrics})
+            rows.append({"step": step, **step_metrics(io_, refs)})
     if not rows:
         raise LookupError(f"run {run_id} has no completed steps in {store.root}")
     return pd.DataFrame(rows).set_index("step")

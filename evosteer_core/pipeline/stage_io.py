@@ -37,6 +37,7 @@ from evosteer_core.episode.budget import TokenUsage
 from evosteer_core.episode.rollout import rollout_health
 from evosteer_core.infra.artifacts import ArtifactRef, ArtifactStore
 from evosteer_core.infra.config import RunConfig
+from evosteer_core.infra.memo import BoundedMemo
 from evosteer_core.infra.schemas import DECISIONS, TRAJECTORIES, validate_rescored, validate_tables
 from evosteer_core.infra.seeding import derive_seed, settle_threads
 from evosteer_core.infra.tracking import ADAPTER_DIR, RunTracker
@@ -371,12 +372,28 @@ def concat_rollouts(
     }
 
 
+METRIC_ARTIFACTS = ("trajectories", "value", "update", "skills", "round")
+"""The artifacts :func:`step_metrics` reads (those a step has)."""
+STEP_METRICS: BoundedMemo[tuple[tuple[str, str], ...], dict[str, float]] = BoundedMemo(4096)
+""":func:`step_metrics` by the sha256 of each artifact it reads, kept in the process: the
+metrics are a function of those contents, and a local run asks for each step's three times
+(MLflow, the training Decks, the progress bar), each a read of ~70 ms of tables and objects."""
+
+
 def step_metrics(io_: StepStore, refs: Mapping[str, ArtifactRef]) -> dict[str, float]:
     """The step's scalar metrics, read back from its value, update and skills artifacts (a
     CollabFlow round's: its round artifact), and its rollout's health (``infra_failures``,
-    ``healthy_fraction``) from the trajectories."""
+    ``healthy_fraction``) from the trajectories; each set of artifacts is read once a process
+    (:data:`STEP_METRICS`)."""
+    if "trajectories" not in refs:
+        raise KeyError(f"a step's metrics need its 'trajectories'; got {sorted(refs)}")
+    key = tuple((name, refs[name].sha256) for name in METRIC_ARTIFACTS if name in refs)
+    return dict(STEP_METRICS.get(key, lambda: _read_step_metrics(io_, refs)))
+
+
+def _read_step_metrics(io_: StepStore, refs: Mapping[str, ArtifactRef]) -> dict[str, float]:
     out: dict[str, float] = dict(rollout_health(io_.get_table(refs["trajectories"])))
-    for name in [n for n in ("value", "update", "skills", "round") if n in refs]:
+    for name in [n for n in METRIC_ARTIFACTS[1:] if n in refs]:
         out.update({k: float(v) for k, v in io_.get_object(refs[name])["metrics"].items()})
     return out
 

@@ -70,8 +70,16 @@ class UsageLog:
 
     def steps(self) -> dict[int, list[StageUsage]]:
         """Every recorded step's stage records, by step (ascending)."""
+        return self._read(self.store.list_entries(f"{PREFIX}/{self.run_id}"))
+
+    def step(self, step: int) -> list[StageUsage]:
+        """The stage records of one step (empty: none recorded), listing only that step."""
+        keys = self.store.list_entries(f"{PREFIX}/{self.run_id}/{step:06d}")
+        return self._read(keys).get(step, [])
+
+    def _read(self, keys: list[str]) -> dict[int, list[StageUsage]]:
         out: dict[int, list[StageUsage]] = {}
-        for key in sorted(self.store.list_entries(f"{PREFIX}/{self.run_id}")):
+        for key in sorted(keys):
             step = int(key.split("/")[2])
             record = StageUsage.from_dict(json.loads(self.store.read_entry(key)))
             out.setdefault(step, []).append(record)

@@ -17,11 +17,10 @@ from flytekit.types.error import FlyteError
 from evosteer_core.infra.artifacts import ArtifactRef, RunIndex
 from evosteer_core.infra.config import RunConfig
 from evosteer_core.infra.configio import InputError
-from evosteer_core.infra.memo import BoundedMemo
 from evosteer_core.infra.runs import record_config, record_provenance, run_id_for
 from evosteer_core.infra.tracking import RunTracker, end_failed_run, open_run, resolve_tracking
 from evosteer_core.pipeline import costs, stage_io
-from evosteer_core.pipeline.report import StepMetricsMemo, deck_html, run_history
+from evosteer_core.pipeline.report import deck_html, run_history
 from evosteer_flyte.tasks.errors import infrastructure_is_recoverable
 from evosteer_flyte.tasks.resources import CPU_IMAGE, LIGHT_RESOURCES, RETRIES
 from evosteer_flyte.tasks.spec import RunSpec, load, require_stored, train_config
@@ -36,10 +35,6 @@ DECK_EVERY = 10
 """``record_step`` draws the training Deck every this many steps and at the run's last step:
 the plots read every step so far from the store, so drawing them at every step would cost a
 long run's store reads quadratically."""
-DECK_METRICS: StepMetricsMemo = BoundedMemo(4096)
-"""The Decks' step metrics, kept in the process: a local run (and its cached re-run, whose
-``record_step`` tasks run again) reads each step's artifacts once for all its Decks instead of
-once a Deck (240 steps: 240 step reads instead of ~3,000)."""
 LOCAL_EXECUTION = ("local", "local", "local")
 """flytekit's placeholder execution id in a local (in-process) execution."""
 WARM_START_ENTRY = "warm_start"
@@ -114,7 +109,8 @@ def record_step(
     spec: RunSpec, config_yaml: str, mlflow_run: str, step: int, refs: dict[str, ArtifactRef]
 ) -> ArtifactRef:
     """Record every artifact of ``step`` (``refs``: ``stage_io.step_artifacts`` by name) in the
-    run index and log the step to MLflow once (``stage_io.track_step``): metrics (with the
+    run index, the state last (a step whose state the index holds is recorded in full: the
+    progress bar reads it so), and log the step to MLflow once (``stage_io.track_step``): metrics (with the
     step's cost and the spend so far, ``costs.run_spend``), the adapter (a PEFT folder) and
     heads, the skill library version and the test ledger (JSON), and the artifact hashes as
     tags. Every :data:`DECK_EVERY` steps and at the last, its Deck shows the report's plots of
@@ -127,12 +123,12 @@ def record_step(
     cfg, io = load(spec, config_yaml)
     require_stored(io.store, refs, f"step {step}")
     index = RunIndex(io.store, spec.run_id)
-    for name, ref in refs.items():
-        index.record(step, name, ref)
+    for name, ref in sorted(refs.items(), key=lambda item: item[0] == "state"):
+        index.record(step, name, ref)  # the state last: a step with one is recorded in full
     tracker = _attach(cfg, mlflow_run)
     logged = tracker is not None and step <= tracker.logged_step()
     if not logged and (step % DECK_EVERY == 0 or step == cfg.train.steps):
-        history = run_history(io.store, spec.run_id, DECK_METRICS)
+        history = run_history(io.store, spec.run_id)
         Deck("Training", deck_html(history, spec.run_id))
     if logged and cfg.budget.run_cost is None:
         return refs["state"]
