@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import signal
 import sys
 import threading
@@ -643,5 +644,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exit_status(args.command, exc)
 
 
+def run() -> None:
+    """The ``evosteer`` command: :func:`main`, then exit without the interpreter's last
+    collections over every object the command made (``gc.freeze``): they took 4-5 s after a
+    20-step train and ~30 s after 240 steps, and nothing left to flush lives in a reference
+    cycle (the logs, MLflow and the store are closed or committed by then; ``atexit``
+    handlers still run). In-process callers use :func:`main`, which leaves the collector be."""
+    status = main()
+    gc.freeze()
+    sys.exit(status)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

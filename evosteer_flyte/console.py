@@ -171,7 +171,8 @@ class StepProgress(logging.Handler):
         self.last: tuple[int, str] = (0, "")
         """(step, summary) of the latest finished step read so far."""
         self.recorded: set[int] | None = None
-        """The steps 1..total whose state the index holds (None: not listed yet)."""
+        """The finished steps 1..total: the first poll's listing, then each next step whose
+        state the index holds (None: not listed yet)."""
         self.step_costs: dict[int, float] = {}
         """Each finished step's priced usage (``costs.step_usage``), read once."""
         self.levels: dict[str, int] = {}

@@ -189,6 +189,33 @@ def test_run_index(store) -> None:
         index.record(1, "a/b", r1)
 
 
+def test_list_entries_lists_every_entry_below_a_prefix(store) -> None:
+    """Nested entries, sorted, as store-relative keys; a sibling folder whose name extends the
+    prefix is not under it; a local store leaves out its temporary files."""
+    keys = ["usage/r/000002/value.json", "usage/r/000001/rollout.json", "usage/r/000001/a.json"]
+    for key in [*keys, "usage/r2/000001/x.json", "index/r/steps/000001/state.json"]:
+        store.write_entry(key, b"{}")
+    assert store.list_entries("usage/r") == sorted(keys)
+    assert store.list_entries("usage/r/000001") == sorted(keys[1:])
+    assert store.list_entries("usage/none") == []
+    if isinstance(store, LocalStore):
+        (store.path / "usage/r/000001/.tmp-123").write_bytes(b"partial")
+        walked = sorted(
+            p.relative_to(store.path).as_posix()
+            for p in (store.path / "usage/r").rglob("*")
+            if p.is_file() and not p.name.startswith(".tmp-")
+        )
+        assert store.list_entries("usage/r") == walked == sorted(keys)
+
+
+def test_a_store_at_the_filesystem_root_lists_relative_keys(tmp_path: Path) -> None:
+    root = LocalStore("/")
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "b.json").write_bytes(b"{}")
+    prefix = tmp_path.relative_to("/").as_posix()
+    assert root.list_entries(prefix) == [f"{prefix}/a/b.json"]
+
+
 def test_local_run_index_writes_are_atomic(tmp_path: Path) -> None:
     store = LocalStore(tmp_path)
     ref = store.put_bytes(b"x")

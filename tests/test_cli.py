@@ -143,3 +143,16 @@ def test_replay_that_cannot_run_is_exit_2_not_1(tmp_path, capsys):
     )
     assert code == 2
     assert line.startswith("evosteer replay: ") and "config" in line
+
+
+def test_the_command_exits_with_mains_status_after_freezing_the_collector(monkeypatch):
+    """``evosteer`` (``cli.run``) skips the interpreter's last collections: it freezes the
+    collector once main has returned, and exits with main's status."""
+    from evosteer_flyte import cli
+
+    calls: list[str] = []
+    monkeypatch.setattr(cli, "main", lambda: calls.append("main") or 3)
+    monkeypatch.setattr(cli.gc, "freeze", lambda: calls.append("freeze"))
+    with pytest.raises(SystemExit) as exc:
+        cli.run()
+    assert exc.value.code == 3 and calls == ["main", "freeze"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -183,6 +184,28 @@ def test_invalid_yaml_names_file(tmp_path: Path) -> None:
         load_config(path)
     with pytest.raises(ConfigError, match="cannot read config file"):
         load_config(tmp_path / "absent.yaml")
+
+
+def test_parse_yaml_reads_what_the_python_loader_reads() -> None:
+    """Tasks parse the config with libyaml's parser: every shipped config, and the scalar forms
+    YAML 1.1 is picky about, come out as PyYAML's pure-Python SafeLoader reads them (exponent
+    floats aside, which both read as floats); a syntax error keeps the Python loader's context."""
+    from evosteer_core.infra.configio import parse_yaml
+
+    class Plain(yaml.SafeLoader):
+        pass
+
+    pattern = r"^[-+]?(?:[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?|[0-9][0-9_]*[eE][-+]?[0-9]+)$"
+    Plain.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(pattern), list("-+0123456789"))
+    root = Path(__file__).resolve().parent.parent
+    texts = [p.read_text() for p in sorted((root / "configs").glob("*.yaml"))]
+    texts.append("a: 0x10\nb: 1_000\nc: yes\nd: 2026-12-01\ne: ~\nf: '1e3'\ng: [1, -2.5, +3]\n")
+    assert len(texts) > 3
+    for text in texts:
+        assert parse_yaml(text, "t.yaml") == yaml.load(text, Loader=Plain)  # noqa: S506
+    assert parse_yaml("lr: 5e-6\nx: 1E+3", "t") == {"lr": 5e-6, "x": 1000.0}
+    with pytest.raises(ConfigError, match=r"(?s)invalid YAML: .*\^"):  # the caret's context
+        parse_yaml("name: [unclosed\n", "bad.yaml")
 
 
 def test_overrides_are_typed_and_validated() -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import logging
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -378,6 +379,8 @@ STEP_METRICS: BoundedMemo[tuple[tuple[str, str], ...], dict[str, float]] = Bound
 """:func:`step_metrics` by the sha256 of each artifact it reads, kept in the process: the
 metrics are a function of those contents, and a local run asks for each step's three times
 (MLflow, the training Decks, the progress bar), each a read of ~70 ms of tables and objects."""
+_STEP_METRICS_LOCK = threading.Lock()
+"""The progress bar reads step metrics from its own thread."""
 
 
 def step_metrics(io_: StepStore, refs: Mapping[str, ArtifactRef]) -> dict[str, float]:
@@ -388,7 +391,8 @@ def step_metrics(io_: StepStore, refs: Mapping[str, ArtifactRef]) -> dict[str, f
     if "trajectories" not in refs:
         raise KeyError(f"a step's metrics need its 'trajectories'; got {sorted(refs)}")
     key = tuple((name, refs[name].sha256) for name in METRIC_ARTIFACTS if name in refs)
-    return dict(STEP_METRICS.get(key, lambda: _read_step_metrics(io_, refs)))
+    with _STEP_METRICS_LOCK:
+        return dict(STEP_METRICS.get(key, lambda: _read_step_metrics(io_, refs)))
 
 
 def _read_step_metrics(io_: StepStore, refs: Mapping[str, ArtifactRef]) -> dict[str, float]:
