@@ -109,3 +109,27 @@ def recorded_run(
         for name, values in metrics(step).items():
             index.record(step, name, io_.put_object({"metrics": dict(values)}, f"{name}.pt"))
     return cfg, run_id
+
+
+def assert_states_save_as_asdict(root: str | Path, run_id: str) -> int:
+    """Every state the run recorded has the bytes of ``torch.save`` of its fields through
+    ``dataclasses.asdict`` (the deep copy ``TrainState.to_bytes`` no longer makes), empty
+    ``objective``/``counters`` left out; returns how many states were checked."""
+    import dataclasses
+    import io
+
+    import torch
+
+    store, index = LocalStore(root), RunIndex(LocalStore(root), run_id)
+    io_ = stage_io.StepStore(store)
+    states = [index.lookup(step, "state") for step in index.steps()]
+    for ref in states:
+        state = io_.get_state(ref)
+        data = dataclasses.asdict(state)
+        for name in ("objective", "counters"):
+            if not data[name]:
+                del data[name]
+        buf = io.BytesIO()
+        torch.save(data, buf)
+        assert state.to_bytes() == buf.getvalue() == store.get_bytes(ref), ref
+    return len(states)

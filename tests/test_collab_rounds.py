@@ -10,7 +10,7 @@ import io
 
 import pytest
 import torch
-from pipeline_support import isolate_flyte_cache
+from pipeline_support import assert_states_save_as_asdict, isolate_flyte_cache
 
 from evosteer_core.collabflow.reward import ReliabilityCounters
 from evosteer_core.collabflow.rounds import (
@@ -68,6 +68,11 @@ def test_two_rounds_record_their_artifacts_and_count_after_the_batch(flyte_run):
     assert {"loss", "balance", "kl", "reward_theta", "abort_rate", "healthy_fraction"} <= set(
         metrics
     )
+
+
+def test_round_states_save_the_bytes_of_their_fields_as_asdict_copied_them(flyte_run):
+    cfg, out = flyte_run
+    assert assert_states_save_as_asdict(cfg.store.root, out.run_id) == 3  # rounds 0, 1, 2
 
 
 def test_replay_of_a_round_is_identical(flyte_run, capsys):

@@ -12,7 +12,13 @@ from pathlib import Path
 
 import pytest
 from mlflow import MlflowClient
-from pipeline_support import SMALL, count_stage_calls, isolate_flyte_cache, small_config
+from pipeline_support import (
+    SMALL,
+    assert_states_save_as_asdict,
+    count_stage_calls,
+    isolate_flyte_cache,
+    small_config,
+)
 
 from evosteer_core.infra.artifacts import RunIndex, object_key, open_store
 from evosteer_core.infra.provenance import CODE_HASH_TAG, GIT_COMMIT_TAG, VERSION_TAG
@@ -95,6 +101,11 @@ def test_three_steps_log_every_metric_and_adapter_per_step(base_run):
         assert set(index.step_artifacts(k)) == set(STEP_ARTIFACTS)
     assert index.lookup(3, "state") == out.state
     assert run.data.tags["sha256.state"] == out.state.sha256
+
+
+def test_states_save_the_bytes_of_their_fields_as_asdict_copied_them(base_run):
+    cfg, out = base_run
+    assert assert_states_save_as_asdict(cfg.store.root, out.run_id) == 4  # steps 0-3
 
 
 def test_step_metrics_are_read_once_a_process_and_equal_a_fresh_read(base_run, monkeypatch):
@@ -420,3 +431,32 @@ def test_replay_names_a_deleted_object_as_missing(base_run, tmp_path, capsys):
     assert "differing artifacts: update" in text.splitlines()[-1]
     for name in set(STEP_ARTIFACTS) - {"update"}:
         assert f"{name}: identical" in text
+
+
+def test_a_pair_of_rollout_tables_is_validated_once_a_process(base_run, monkeypatch):
+    """Each later stage of a step reads its rollouts: the pandera checks run for the first read
+    of a (trajectories, decisions) pair only; an invalid pair raises at every read."""
+    from evosteer_core.infra.memo import BoundedMemo
+
+    cfg, out = base_run
+    store = open_store(cfg.store.root)
+    refs = RunIndex(store, out.run_id).step_artifacts(2)
+    io_ = core.StepStore(store)
+    monkeypatch.setattr(core, "VALIDATED_ROLLOUTS", BoundedMemo(8))
+    calls = []
+
+    def check(traj, dec):
+        calls.append(len(traj))
+
+    for _ in range(3):
+        traj, dec = io_.get_rollouts(refs["trajectories"], refs["decisions"], check)
+    assert calls == [len(traj)] and len(dec) > 0
+
+    def reject(traj, dec):
+        calls.append(-1)
+        raise ValueError("bad row")
+
+    for _ in range(2):
+        with pytest.raises(ValueError, match="bad row"):
+            io_.get_rollouts(refs["trajectories"], refs["decisions"], reject)
+    assert calls[1:] == [-1, -1]  # another check of the same pair runs; a failure is not kept

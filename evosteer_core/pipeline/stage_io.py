@@ -84,6 +84,11 @@ def object_bytes(obj: Any) -> bytes:
 
 
 # --- reading and writing step artifacts ----------------------------------------------------
+VALIDATED_ROLLOUTS: BoundedMemo[tuple[str, str, str], None] = BoundedMemo(256)
+"""(trajectories sha256, decisions sha256, validation) of the rollout tables this process has
+validated: a table's bytes are verified against its hash when read, so a validated pair stays
+valid; a step's four later stages read its rollouts (pandera, ~50 ms a read on tiny-sim)."""
+
 @dataclass
 class StepStore:
     """Typed access to one store: tables (validated), objects and the train state."""
@@ -103,9 +108,12 @@ class StepStore:
         validate: Callable[[pd.DataFrame, pd.DataFrame], None] = validate_tables,
     ) -> tuple[pd.DataFrame, pd.DataFrame]:
         """Both rollout tables, validated together (a violation raises the pandera report);
-        ``validate``: the method's validation (:attr:`Method.validate_rollouts`)."""
+        ``validate``: the method's validation (:attr:`Method.validate_rollouts`). A pair this
+        process validated before is not validated again (:data:`VALIDATED_ROLLOUTS`)."""
         traj, dec = self.get_table(trajectories), self.get_table(decisions)
-        validate(traj, dec)
+        check = f"{validate.__module__}.{validate.__qualname__}"
+        key = (trajectories.sha256, decisions.sha256, check)
+        VALIDATED_ROLLOUTS.get(key, lambda: validate(traj, dec))
         return traj, dec
 
     def put_object(self, obj: Any, name: str) -> ArtifactRef:
