@@ -308,7 +308,12 @@ def test_shared_prompt_heads_give_the_unshared_scores_encodings_and_gradients(
     torch.testing.assert_close(shared[0], alone[0], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(shared[1], alone[1], atol=1e-5, rtol=1e-5)
     for g_shared, g_alone in zip(shared[2], alone[2], strict=True):
-        torch.testing.assert_close(g_shared, g_alone, atol=1e-5, rtol=1e-4)
+        # float32 rounding of other batch shapes: within 1e-5 of the tensor's largest entry
+        # (an absolute 1e-5 failed on an Intel Xeon: 1.2e-5 in a tensor whose largest entry is
+        # ~15; every difference there is <= 1.1e-6 of it), as in tests/test_read_positions.py
+        scale = float(g_alone.abs().max())
+        assert scale > 0
+        torch.testing.assert_close(g_shared, g_alone, atol=1e-5 * scale, rtol=0)
 
 
 def test_trajectory_log_ratios_sum_delta_ell_and_are_zero_at_init(

@@ -36,6 +36,9 @@ WEIGHTS_BEFORE_PARADIGMS = {
     "AuthenticAMD AVX512 torch 2.13.0+cpu": (
         "1b200668a3148e6826d53d9ca62066f576fd43ca3468abf8cd7774c988805f5a"
     ),
+    "GenuineIntel AVX512 torch 2.13.0+cpu": (
+        "ba238644d58d2cfe3c6252852015c8843646deea15c369e854048bd665c7128b"
+    ),
 }
 """sha256 of the weights of ``INIT`` on ``SMALL`` with random candidates only, per machine
 (``tests/machine_pins.py``): adding paradigm candidates (after 42e9259) left the random
