@@ -240,6 +240,32 @@ def test_a_task_refuses_a_config_or_store_other_than_its_spec(tmp_path, monkeypa
     assert record_init(spec=spec, config_yaml=cfg.to_yaml(), state=ref) == ref
 
 
+def test_a_config_text_is_parsed_once_a_process(tmp_path, monkeypatch):
+    """Every task of a run loads the same config text: the first parses it, later ones get
+    that config and hash (a fresh parse's equals); a text that fails is parsed again each time
+    (its error is not kept)."""
+    from evosteer_core.infra.configio import ConfigError
+    from evosteer_flyte.tasks import spec as spec_module
+
+    parses = []
+    real = spec_module.config_from_dict
+    monkeypatch.setattr(spec_module, "PARSED_CONFIGS", spec_module.BoundedMemo(16))
+    monkeypatch.setattr(
+        spec_module, "config_from_dict", lambda *a, **k: parses.append(1) or real(*a, **k)
+    )
+    text = load_config(None, {"store.root": str(tmp_path), "train.seed": 3}).to_yaml()
+    first, digest = spec_module.parsed_config(text)
+    again, digest_again = spec_module.parsed_config(text)
+    assert again is first and digest_again == digest and len(parses) == 1
+    fresh = load_config(None, {"store.root": str(tmp_path), "train.seed": 3})
+    assert first == fresh and digest == config_hash(fresh)
+    bad = text.replace("seed: 3", "seed: three")
+    for _ in range(2):
+        with pytest.raises(ConfigError, match="seed"):
+            spec_module.parsed_config(bad)
+    assert len(parses) == 3
+
+
 def test_a_record_task_refuses_refs_missing_from_the_store(tmp_path, monkeypatch):
     """What a cache hit returns is checked before it is recorded: a ref whose object is gone
     fails in one line naming it and what to do (before: recorded as if present)."""

@@ -167,6 +167,29 @@ def test_the_serve_key_replaces_base_url_and_model(tmp_path):
     assert serve_log_path(cfg) == tmp_path.resolve() / "logs" / f"{run_id_for(cfg)}.serve.log"
 
 
+CPU_SMOLLM2_RUN_ID = "cpu-smollm2-377e142d664b"
+"""The preset's run id before ``executor.serve.dtype`` existed (commit 64cc1b9)."""
+
+
+def test_the_serve_dtype_goes_to_the_server_and_is_hashed_only_when_set(tmp_path):
+    from evosteer_core.infra.config import ConfigError
+    from evosteer_core.infra.runs import run_id_for
+
+    folder, preset = tmp_path / "model", "configs/cpu-smollm2.yaml"
+    plain = serve.serve_command(ServeConfig(), folder, 8000)
+    assert "--dtype" not in plain
+    half = serve.serve_command(ServeConfig(dtype="bfloat16"), folder, 8000)
+    assert half[len(plain) :] == ["--dtype", "bfloat16"] and half[: len(plain)] == plain
+    assert run_id_for(load_config(preset, overrides={"executor.serve.dtype": None})) == (
+        CPU_SMOLLM2_RUN_ID
+    )
+    assert run_id_for(load_config(preset, overrides={"executor.serve.dtype": "float32"})) != (
+        CPU_SMOLLM2_RUN_ID
+    )
+    with pytest.raises(ConfigError, match=r"executor\.serve\.dtype: expected one of"):
+        load_config(preset, overrides={"executor.serve.dtype": "fp8"})
+
+
 # --------------------------------------------------------------------------- the real server
 
 

@@ -220,7 +220,9 @@ def test_a_train_continues_its_run_and_logs_each_step_once(tracking_uri: str, tm
     extended = _cfg(tracking_uri, tmp_path / "runs", "exp-continue", **{"train.steps": 4})
     again = open_run(extended, "run-1", "train", "local:h:e2", resume=True)
     assert again.run_id == tracker.run_id and again.logged_step() == 3
+    assert RunTracker.attach(tracking_uri, again.run_id).logged_at_attach == 3
     again.log_training_step(4, {"loss": 4.0}, {"a/b.json": b"{}"}, store, {"x": ref})
+    assert RunTracker.attach(tracking_uri, again.run_id).logged_at_attach == 4
     again.end()
     run = again.client.get_run(again.run_id)
     assert run.info.status == "FINISHED"

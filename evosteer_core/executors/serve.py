@@ -72,6 +72,8 @@ def serve_command(cfg: ServeConfig, folder: Path, port: int) -> list[str]:
     if cfg.continuous_batching:
         cmd += ["--continuous-batching", "--cb-num-blocks", str(CB_NUM_BLOCKS)]
         cmd += ["--cb-max-batch-tokens", str(CB_MAX_BATCH_TOKENS)]
+    if cfg.dtype is not None:
+        cmd += ["--dtype", cfg.dtype]
     return cmd
 
 

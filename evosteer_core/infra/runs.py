@@ -33,11 +33,17 @@ NOT_COMPUTED = ("train.steps", "budget.run_cost", "executor.concurrency")
 the budget it may spend (raising either continues the same run) and how many node calls are
 in flight at once (the tables are written in decision order, tests/test_concurrent_rollouts.py)."""
 
-HASHED_WHEN_SET = ("executor.serve", "budget.max_output_tokens", "train.update_micro_batch")
+HASHED_WHEN_SET = (
+    "executor.serve",
+    "executor.serve.dtype",
+    "budget.max_output_tokens",
+    "train.update_micro_batch",
+)
 """Keys added after runs existed, hashed only when not None, so that the configs made before
 them keep their run ids: ``executor.serve`` (a config with a given ``base_url`` hashes as before
-the managed server existed), ``budget.max_output_tokens`` (no cap on a call's output) and
-``train.update_micro_batch`` (the default micro-batch)."""
+the managed server existed), ``executor.serve.dtype`` (the server's weights as stored),
+``budget.max_output_tokens`` (no cap on a call's output) and ``train.update_micro_batch`` (the
+default micro-batch)."""
 
 CONFIG_ENTRY = "config"
 """Run-index name (step 0) of the run's config YAML: replay, evaluate and report read it back."""
@@ -69,9 +75,12 @@ def config_hash(cfg: RunConfig) -> str:
         section, key = dotted.split(".")
         data[section] = {k: v for k, v in data[section].items() if k != key}
     for dotted in HASHED_WHEN_SET:
-        section, key = dotted.split(".")
-        if data[section][key] is None:
-            del data[section][key]
+        *parents, key = dotted.split(".")
+        section = data
+        for name in parents:
+            section = section.get(name) if isinstance(section, dict) else None
+        if isinstance(section, dict) and section.get(key, 0) is None:
+            del section[key]
     init = data["policy"].pop("init")
     if init is not None:
         data["policy"]["init"] = {k: v for k, v in init.items() if k != "ref"}

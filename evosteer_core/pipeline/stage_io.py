@@ -476,7 +476,7 @@ def track_step(
 ) -> None:
     """Log ``step`` to the run's MLflow run: metrics (the step's own and ``extra``: its cost),
     :func:`tracking_files`, refs. The caller logs only a step the run does not hold yet
-    (``tracker.logged_step()``: a resumed or extended train re-records its cached steps)."""
+    (``tracker.logged_at_attach``: a resumed or extended train re-records its cached steps)."""
     files = tracking_files(cfg, io_, refs)
     metrics = {**step_metrics(io_, refs), **(extra or {})}
     tracker.log_training_step(step, metrics, files, io_.store, refs)

@@ -126,7 +126,7 @@ def record_step(
     for name, ref in sorted(refs.items(), key=lambda item: item[0] == "state"):
         index.record(step, name, ref)  # the state last: a step with one is recorded in full
     tracker = _attach(cfg, mlflow_run)
-    logged = tracker is not None and step <= tracker.logged_step()
+    logged = tracker is not None and step <= tracker.logged_at_attach
     if not logged and (step % DECK_EVERY == 0 or step == cfg.train.steps):
         history = run_history(io.store, spec.run_id)
         Deck("Training", deck_html(history, spec.run_id))

@@ -27,7 +27,7 @@ from evosteer_core.pipeline.stage_io import method_of
 from evosteer_core.training.warm_start import warm_start_key, with_warm_start
 from evosteer_flyte.tasks.errors import infrastructure_is_recoverable
 from evosteer_flyte.tasks.resources import CPU_IMAGE, LIGHT_RESOURCES, RETRIES
-from evosteer_flyte.tasks.spec import RunSpec, make_spec, train_config
+from evosteer_flyte.tasks.spec import RunSpec, make_spec, parsed_config, train_config
 from evosteer_flyte.tasks.step_tasks import STAGE_TASKS, gather_rollouts, init_run, rollout_shard
 from evosteer_flyte.tasks.tracking_tasks import (
     end_tracking,
@@ -79,7 +79,7 @@ def train_chunk(
 ) -> ArtifactRef:
     """Steps ``first..last``: each step's stage tasks in the order of the method's stage
     table (``stage_io.METHODS``), then its run-index/MLflow record."""
-    stages = method_of(config_from_dict(parse_yaml(config_yaml, "<config_yaml>"))).stages
+    stages = method_of(parsed_config(config_yaml)[0]).stages
     for step in range(first, last + 1):
         common = dict(spec=spec, config_yaml=config_yaml, step=step, state=state)
         refs: dict = {}
