@@ -77,9 +77,9 @@ def config_hash(cfg: RunConfig) -> str:
     for dotted in HASHED_WHEN_SET:
         *parents, key = dotted.split(".")
         section = data
-        for name in parents:
-            section = section.get(name) if isinstance(section, dict) else None
-        if isinstance(section, dict) and section.get(key, 0) is None:
+        for name in parents:  # a parent that is None itself (an unset serve) has no keys
+            section = section.get(name) or {}
+        if key in section and section[key] is None:
             del section[key]
     init = data["policy"].pop("init")
     if init is not None:
