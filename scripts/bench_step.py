@@ -1,11 +1,15 @@
 """Time one full training step and each of its stages (docs/method.md §1.9) on this machine.
 
 Usage: python scripts/bench_step.py [--batch 32] [--rollouts 2] [--threads 2] [--config FILE]
-                                    [--vs REV [--runs 3]] [--json]
+                                    [--rounds] [--vs REV [--runs 3]] [--json]
 Prints the stage times (rollout, rescore, value fit, actor update, validation round,
 checkpoint; wall and CPU seconds), the number of trajectories and decisions, and decisions per
-second. The default is the paper's batch shape (32 records, 2θ + 2ρ rollouts) on the tiny
-backbone and the SIMULATED executor.
+second. ``--rounds`` also splits the rollout into its lock-step rounds (``episode/rollout.py``):
+per round, the episodes still pending, the seconds the orchestrator spent deciding for them
+(the batched policy calls) and the seconds until the next round's decisions began (their
+actions: node executions, with a real executor the model server's replies). The default is
+the paper's batch shape (32 records, 2θ + 2ρ rollouts) on the tiny backbone and the SIMULATED
+executor.
 
 ``--vs REV`` times the code in this checkout and git revision REV side by side: REV is
 checked out into a temporary worktree (removed afterwards; REV may also be a folder holding
@@ -93,10 +97,12 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
 
     for name in STAGES:
         setattr(step_module, name, timed(name, getattr(step_module, name)))
+    rounds = _time_rounds() if args.rounds else {}
     wall, cpu = time.perf_counter(), time.process_time()
     step_module.train_step(s, state, args.step)
     times["step total"] = (time.perf_counter() - wall, time.process_time() - cpu)
     decisions = seen["decisions"]
+    extra = {"rounds": _round_split(rounds)} if args.rounds else {}
     return {
         "package": str(
             Path(importlib.import_module("evosteer_core").__file__).resolve().parents[1]
@@ -106,7 +112,44 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "prompt_chars": float(decisions["prompt"].str.len().mean()),
         "wall": {k: w for k, (w, _) in times.items()},
         "cpu": {k: c for k, (_, c) in times.items()},
+        **extra,
     }
+
+
+def _time_rounds() -> dict[str, list]:
+    """Wrap the rollout's per-round decision function and its round loop; returns the lists
+    they fill: ``choose`` one (decisions, start, end) per round and ``ends`` one end time per
+    rollout, in call order (the training rollout first, then the validation round's)."""
+    rollout = importlib.import_module("evosteer_core.episode.rollout")
+    calls: dict[str, list] = {"choose": [], "ends": []}
+    choose, run_rounds = rollout._choose, rollout._run_rounds
+
+    def timed_choose(policy: Any, decisions: list[dict], *a: Any, **kw: Any) -> Any:
+        start = time.perf_counter()
+        out = choose(policy, decisions, *a, **kw)
+        calls["choose"].append((len(decisions), start, time.perf_counter()))
+        return out
+
+    def timed_rounds(*a: Any, **kw: Any) -> Any:
+        out = run_rounds(*a, **kw)
+        calls["ends"].append(time.perf_counter())
+        return out
+
+    rollout._choose, rollout._run_rounds = timed_choose, timed_rounds
+    return calls
+
+
+def _round_split(calls: dict[str, list]) -> list[dict]:
+    """The training rollout's rounds: episodes pending, seconds deciding, and seconds acting
+    (from the end of a round's decisions to the next round's start, or to the last round's
+    end)."""
+    end = calls["ends"][0]
+    rounds = [c for c in calls["choose"] if c[2] <= end]
+    nexts = [c[1] for c in rounds[1:]] + [end]
+    return [
+        {"episodes": n, "decide_s": stop - start, "act_s": nxt - stop}
+        for (n, start, stop), nxt in zip(rounds, nexts, strict=True)
+    ]
 
 
 def print_one(args: argparse.Namespace, r: dict[str, Any]) -> None:
@@ -120,6 +163,16 @@ def print_one(args: argparse.Namespace, r: dict[str, Any]) -> None:
         share = "" if name in ("setup", "step total") else f"  ({100 * t / total:4.1f}%)"
         print(f"  {name:12s} {t:8.2f} s wall {r['cpu'][name]:8.2f} s cpu{share}")
     print(f"  {r['decisions'] / total:.1f} decisions/s end to end")
+    if "rounds" in r:
+        rounds = r["rounds"]
+        decide = sum(x["decide_s"] for x in rounds)
+        act = sum(x["act_s"] for x in rounds)
+        print(f"  rollout rounds {len(rounds)}: deciding {decide:.2f} s, acting {act:.2f} s")
+        for k, x in enumerate(rounds, 1):
+            print(
+                f"    round {k:3d}: {x['episodes']:3d} episodes, decide {x['decide_s']:7.2f} s,"
+                f" act {x['act_s']:7.2f} s"
+            )
 
 
 def _one_args(args: argparse.Namespace) -> list[str]:
@@ -224,6 +277,7 @@ def main() -> None:
     p.add_argument("--rollouts", type=int, default=2)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--step", type=int, default=1)
+    p.add_argument("--rounds", action="store_true", help="split the rollout into its rounds")
     p.add_argument(
         "--vs", metavar="REV", help="also time git revision (or checkout folder) REV, alternating"
     )

@@ -1,0 +1,56 @@
+"""scripts/bench_step.py --rounds: the rollout's lock-step rounds, checked against the step's
+own decision table (one decision per pending episode per round)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+from pathlib import Path
+
+import pytest
+import torch
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "bench_step.py"
+
+
+@pytest.fixture()
+def bench_step(monkeypatch):
+    """The script as a module; the functions it wraps are put back after the test."""
+    spec = importlib.util.spec_from_file_location("bench_step", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    loop = importlib.import_module("evosteer_core.training.loop")
+    rollout = importlib.import_module("evosteer_core.episode.rollout")
+    for name in module.STAGES:
+        monkeypatch.setattr(loop, name, getattr(loop, name))
+    for name in ("_choose", "_run_rounds"):
+        monkeypatch.setattr(rollout, name, getattr(rollout, name))
+    return module
+
+
+def test_rounds_match_the_decision_table(bench_step, monkeypatch):
+    tables = {}
+    loop = importlib.import_module("evosteer_core.training.loop")
+    rollout_stage = loop.rollout_stage
+
+    def keep(*a, **kw):
+        out = rollout_stage(*a, **kw)
+        tables["decisions"] = out.decisions if hasattr(out, "decisions") else out[1]
+        return out
+
+    monkeypatch.setattr(loop, "rollout_stage", keep)
+    args = argparse.Namespace(
+        config=None, batch=2, rollouts=1, threads=torch.get_num_threads(), step=1, rounds=True
+    )
+    r = bench_step.measure(args)
+    decisions = tables["decisions"]
+    per_episode = decisions.groupby("traj_id").size()
+    rounds = r["rounds"]
+    assert len(rounds) == per_episode.max()
+    assert [x["episodes"] for x in rounds] == [
+        int((per_episode > k).sum()) for k in range(len(rounds))
+    ]
+    assert sum(x["episodes"] for x in rounds) == len(decisions) == r["decisions"]
+    assert all(x["decide_s"] >= 0 and x["act_s"] >= 0 for x in rounds)
+    assert sum(x["decide_s"] + x["act_s"] for x in rounds) <= r["wall"]["rollout"]
