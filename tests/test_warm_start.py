@@ -33,6 +33,9 @@ INIT = {"kind": "sft", "tasks_per_family": 1, "candidates": 3, "replays": 1, "ep
 """A warm start small enough for a test (6 tasks, a few dozen decisions)."""
 
 WEIGHTS_BEFORE_PARADIGMS = {
+    "AuthenticAMD AVX2 torch 2.13.0+cpu": (
+        "691b0058fc2f412ce3f29a6e083c9fdbbe6f67582631bd2e68dbccb593a18a5b"
+    ),
     "AuthenticAMD AVX512 torch 2.13.0+cpu": (
         "1b200668a3148e6826d53d9ca62066f576fd43ca3468abf8cd7774c988805f5a"
     ),
