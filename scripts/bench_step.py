@@ -1,7 +1,7 @@
 """Time one full training step and each of its stages (docs/method.md §1.9) on this machine.
 
 Usage: python scripts/bench_step.py [--batch 32] [--rollouts 2] [--threads 2] [--config FILE]
-                                    [--rounds] [--vs REV [--runs 3]] [--json]
+                                    [--rounds | --vs REV [--runs 3]] [--json]
 Prints the stage times (rollout, rescore, value fit, actor update, validation round,
 checkpoint; wall and CPU seconds), the number of trajectories and decisions, and decisions per
 second. ``--rounds`` also splits the rollout into its lock-step rounds (``episode/rollout.py``):
@@ -284,6 +284,8 @@ def main() -> None:
     p.add_argument("--runs", type=int, default=3, help="alternating rounds with --vs")
     p.add_argument("--json", action="store_true", help="print one JSON line (used by --vs)")
     args = p.parse_args()
+    if args.vs and args.rounds:
+        p.error("--rounds splits the rollout of one run; it does not combine with --vs")
     if args.vs:
         side_by_side(args)
         return

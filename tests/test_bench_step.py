@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -54,3 +56,11 @@ def test_rounds_match_the_decision_table(bench_step, monkeypatch):
     assert sum(x["episodes"] for x in rounds) == len(decisions) == r["decisions"]
     assert all(x["decide_s"] >= 0 and x["act_s"] >= 0 for x in rounds)
     assert sum(x["decide_s"] + x["act_s"] for x in rounds) <= r["wall"]["rollout"]
+
+
+def test_rounds_with_vs_is_one_line_exit_2():
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--rounds", "--vs", "HEAD"], capture_output=True, text=True
+    )
+    assert done.returncode == 2 and "--rounds" in done.stderr and "--vs" in done.stderr
+    assert "Traceback" not in done.stderr
