@@ -36,11 +36,11 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from importlib import metadata
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from evosteer_core.infra.artifacts import ArtifactRef, ArtifactStore, RunIndex, open_store
 from evosteer_core.infra.config import DEFAULT_PRESET, RunConfig, config_from_dict, load_config
-from evosteer_core.infra.configio import ConfigError, InputError, parse_override
+from evosteer_core.infra.configio import ConfigError, InputError, parse_override, parse_yaml
 from evosteer_core.infra.locks import run_lock, run_log_path
 from evosteer_core.infra.runs import run_config, run_id_for
 from evosteer_core.infra.tracking import closing_on_failure
@@ -57,6 +57,9 @@ from evosteer_flyte.console import (
     quiet_libraries,
     run_log,
 )
+
+if TYPE_CHECKING:
+    from evosteer_core.experiment.cells import Cell
 
 
 class UsageError(InputError):
@@ -340,35 +343,43 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _row_job(config_yaml: str, row: str) -> str:
-    """One row of an experiment in a worker process (``--jobs``, one torch thread): its cells
+def _cell_job(config_yaml: str, row: str, seed: int) -> str:
+    """One cell of an experiment in a worker process (``--jobs``, one torch thread): its runs
     land in the task cache and the store, where the experiment workflow then finds them."""
     import torch
 
-    from evosteer_flyte.workflows.experiment import experiment_row
-
     quiet_libraries()
     torch.set_num_threads(1)
-    experiment_row(config_yaml=config_yaml, row=row, mlflow_run="")
-    return row
+    return _run_cell(config_yaml, row, seed)
 
 
-def _run_rows(config_yaml: str, rows: Sequence[str], jobs: int) -> Iterator[str]:
-    """Run every row's cells (in this process, or ``jobs`` worker processes), yielding each
-    row's name when it is done."""
+def _run_cell(config_yaml: str, row: str, seed: int) -> str:
+    """Run the cell (``row``, ``seed``) of the experiment ``config_yaml``; its label."""
+    from evosteer_core.experiment.cells import experiment_cells
+    from evosteer_flyte.workflows.experiment import run_cell
+
+    cfg = config_from_dict(parse_yaml(config_yaml, "<config_yaml>"), "<config_yaml>")
+    (cell,) = (c for c in experiment_cells(cfg) if c.row.name == row and c.seed == seed)
+    run_cell(cfg, cell, mlflow_run="")
+    return cell.label
+
+
+def _run_cells(config_yaml: str, cells: Sequence[Cell], jobs: int) -> Iterator[str]:
+    """Run every cell (in this process, or ``jobs`` worker processes at once), longest first,
+    yielding each cell's label when it is done."""
+    from evosteer_core.experiment.cells import longest_first
+
+    order = longest_first(cells)
     if jobs == 1:
-        from evosteer_flyte.workflows.experiment import experiment_row
-
-        for row in rows:
-            experiment_row(config_yaml=config_yaml, row=row, mlflow_run="")
-            yield row
+        for cell in order:
+            yield _run_cell(config_yaml, cell.row.name, cell.seed)
         return
     import concurrent.futures
     import multiprocessing
 
     context = multiprocessing.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=context) as pool:
-        futures = [pool.submit(_row_job, config_yaml, row) for row in rows]
+        futures = [pool.submit(_cell_job, config_yaml, c.row.name, c.seed) for c in order]
         for future in concurrent.futures.as_completed(futures):
             yield future.result()
 
@@ -397,10 +408,9 @@ def cmd_experiment(args: argparse.Namespace) -> int:
         _terminate_as_exit(),
         closing_on_failure(cfg, exp_id, "experiment"),
     ):
-        names = [row.name for row in exp.rows]
-        for k, row in enumerate(_run_rows(config_yaml, names, args.jobs), 1):
+        for k, label in enumerate(_run_cells(config_yaml, cells, args.jobs), 1):
             elapsed = time.perf_counter() - started
-            print(f"  [{k}/{len(names)}] {row}: done ({elapsed:.0f} s)", flush=True)
+            print(f"  [{k}/{len(cells)}] {label}: done ({elapsed:.0f} s)", flush=True)
         out = experiment(config_yaml=config_yaml)
     store = open_store(cfg.store.root, cfg.store.s3_endpoint)
     table = get_json(store, out.table)

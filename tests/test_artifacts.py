@@ -189,6 +189,17 @@ def test_run_index(store) -> None:
         index.record(1, "a/b", r1)
 
 
+def test_create_entry_writes_only_a_missing_entry(store) -> None:
+    """The first create writes; a second (or one after write_entry) changes nothing."""
+    assert store.create_entry("ids/store.json", b"first") is True
+    assert store.create_entry("ids/store.json", b"second") is False
+    assert store.read_entry("ids/store.json") == b"first"
+    store.write_entry("ids/other.json", b"written")
+    assert store.create_entry("ids/other.json", b"created") is False
+    assert store.read_entry("ids/other.json") == b"written"
+    assert store.list_entries("ids") == ["ids/other.json", "ids/store.json"]
+
+
 def test_list_entries_lists_every_entry_below_a_prefix(store) -> None:
     """Nested entries, sorted, as store-relative keys; a sibling folder whose name extends the
     prefix is not under it; a local store leaves out its temporary files."""

@@ -212,6 +212,28 @@ def test_a_store_keeps_its_id_when_moved_and_another_folder_has_its_own(tmp_path
     assert store_id(LocalStore(tmp_path / "runs")) != first  # a new folder at the old path
 
 
+def test_two_first_users_of_a_store_get_one_id(tmp_path):
+    """Two processes asking a new store for its id at once (``evosteer experiment --jobs``):
+    both find no id, then both write one. Forced here: the second asks, and finishes, between
+    the first's read and its write. Both must go on with the same id (the code before let the
+    first overwrite the second's id, so the second's cached tasks named a store id that no
+    longer was the store's)."""
+    root = tmp_path / "runs"
+    second: list[str] = []
+
+    class FirstAsker(LocalStore):
+        def read_entry(self, key: str) -> bytes:
+            try:
+                return super().read_entry(key)
+            except MissingArtifactError:
+                if not second:
+                    second.append(store_id(LocalStore(root)))
+                raise
+
+    first = store_id(FirstAsker(root))
+    assert second and first == second[0] == store_id(LocalStore(root))
+
+
 def test_the_run_spec_holds_the_store_id_not_the_root(tmp_path, monkeypatch):
     """Two checkouts with the default relative root ``runs`` get different specs (before:
     equal specs, so the second hit the first's cache and failed on its missing objects)."""

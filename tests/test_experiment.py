@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from evosteer_core.experiment.cells import experiment_cells, experiment_id
+from evosteer_core.experiment.cells import experiment_cells, experiment_id, longest_first
 from evosteer_core.experiment.table import experiment_table, paired_difference
 from evosteer_core.infra.config import load_config
 from evosteer_core.infra.configio import ConfigError
@@ -95,6 +95,19 @@ def _trajectories(rng, records, runs, families, shift=0.0):
         for k in range(runs)
     ]
     return pd.DataFrame(rows)
+
+
+def test_trained_cells_run_first_then_the_rows_order_seed_by_seed():
+    rows = [{"name": "untrained", "eval": "untrained"}, *ROWS[:2]]
+    order = [c.label for c in longest_first(experiment_cells(_cfg(rows)))]
+    assert order == [
+        "AnchorTB / seed 1",
+        "AnchorTB / seed 2",
+        "TB / seed 1",
+        "TB / seed 2",
+        "untrained / seed 1",
+        "untrained / seed 2",
+    ]
 
 
 def test_the_paired_difference_and_its_standard_error_by_hand():
@@ -228,3 +241,26 @@ def test_a_crashed_experiment_reruns_only_its_missing_cells(tmp_path, monkeypatc
     children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parents[0].info.run_id]
     assert sorted(r.data.tags["evosteer.row"] for r in children) == ["AnchorTB", "untrained"]
     assert all("heldout.mean" in r.data.metrics for r in children)
+
+
+def test_jobs_run_each_cell_in_a_worker_and_the_table_from_their_cache(
+    tmp_path, monkeypatch, capsys
+):
+    """``--jobs 2``: one worker process per cell (not per row: a row's seeds run at once),
+    a line per finished cell, then the experiment workflow in this process finds every
+    training stage in the cache the workers filled."""
+    from evosteer_flyte import cli
+    from tests.pipeline_support import count_stage_calls, isolate_flyte_cache
+
+    isolate_flyte_cache(monkeypatch, tmp_path / "home")
+    cfg = _small_experiment(tmp_path / "runs")
+    path = tmp_path / "exp.yaml"
+    path.write_text(cfg.to_yaml())
+    stages = count_stage_calls(monkeypatch)  # this process only: the workers are not counted
+    assert cli.main(["experiment", "--config", str(path), "--jobs", "2"]) == 0
+    assert not stages
+    lines = capsys.readouterr().out.splitlines()
+    done = sorted(line.split("] ", 1)[1] for line in lines if line.startswith("  ["))
+    assert [d.rsplit(":", 1)[0] for d in done] == ["AnchorTB / seed 7", "untrained / seed 7"]
+    assert any(line.startswith("  [2/2] ") for line in lines)
+    assert "| AnchorTB |" in "\n".join(lines)

@@ -10,7 +10,7 @@ so two rows are compared on common random numbers (docs/experiments.md).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -98,6 +98,13 @@ def experiment_cells(cfg: RunConfig, source: str = "<config>") -> list[Cell]:
                 "(a fixed team is an untrained row with collabflow.fixed_team)",
             )
     return cells
+
+
+def longest_first(cells: Sequence[Cell]) -> list[Cell]:
+    """The order ``evosteer experiment`` runs cells in: trained cells before evaluation-only
+    ones (an hour against minutes at table2-sim's scale), so the last cells to finish on a
+    few cores are short ones; otherwise the rows' order, seed by seed."""
+    return sorted(cells, key=lambda c: not c.row.trained)
 
 
 EVALUATION_TAG = "experiment"

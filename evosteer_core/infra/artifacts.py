@@ -232,6 +232,11 @@ class ArtifactStore(Protocol):
 
     def write_entry(self, key: str, data: bytes) -> None: ...
 
+    def create_entry(self, key: str, data: bytes) -> bool:
+        """Write the entry only if it does not exist, atomically against other writers;
+        whether this call wrote it."""
+        ...
+
     def read_entry(self, key: str) -> bytes: ...
 
     def list_entries(self, prefix: str) -> list[str]: ...
@@ -251,8 +256,10 @@ def get_json(store: ArtifactStore, ref: ArtifactRef) -> Any:
 
 
 @contextlib.contextmanager
-def _atomic_target(final: Path) -> Iterator[BinaryIO]:
-    """Write to a temp file beside ``final``, fsync, then rename; on error nothing appears."""
+def _atomic_target(final: Path, exclusive: bool = False) -> Iterator[BinaryIO]:
+    """Write to a temp file beside ``final``, fsync, then rename; on error nothing appears.
+    ``exclusive``: publish by a hard link instead, which fails with ``FileExistsError`` (and
+    leaves the existing file as it was) when ``final`` exists."""
     final.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=final.parent, prefix=".tmp-", suffix=".part")
     try:
@@ -260,7 +267,11 @@ def _atomic_target(final: Path) -> Iterator[BinaryIO]:
             yield fh
             fh.flush()
             os.fsync(fh.fileno())
-        os.replace(tmp, final)
+        if exclusive:
+            os.link(tmp, final)
+            os.unlink(tmp)
+        else:
+            os.replace(tmp, final)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
@@ -380,6 +391,15 @@ class LocalStore:
     def write_entry(self, key: str, data: bytes) -> None:
         with self._op(f"write entry {key}"), _atomic_target(self.path / key) as fh:
             fh.write(data)
+
+    def create_entry(self, key: str, data: bytes) -> bool:
+        with self._op(f"create entry {key}"):
+            try:
+                with _atomic_target(self.path / key, exclusive=True) as fh:
+                    fh.write(data)
+            except FileExistsError:
+                return False
+        return True
 
     def read_entry(self, key: str) -> bytes:
         with self._op(f"read entry {key}"):
@@ -508,6 +528,22 @@ class S3Store:
         with self._op(f"write entry {key}"):
             self.client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data)
 
+    def create_entry(self, key: str, data: bytes) -> bool:
+        """A conditional PUT (``If-None-Match: *``): S3 refuses it (412) when the key exists;
+        a 409 (another conditional PUT of the key in flight) is a store error like any."""
+        from botocore.exceptions import ClientError
+
+        with self._op(f"create entry {key}"):
+            try:
+                self.client.put_object(
+                    Bucket=self.bucket, Key=self._key(key), Body=data, IfNoneMatch="*"
+                )
+            except ClientError as err:
+                if err.response.get("Error", {}).get("Code") == "PreconditionFailed":
+                    return False
+                raise
+        return True
+
     def read_entry(self, key: str) -> bytes:
         with self._op(f"read entry {key}"):
             return self._get_body(self._key(key), f"entry {key}").read()
@@ -577,8 +613,8 @@ def store_id(store: ArtifactStore) -> str:
         return _read_store_id(store)
     except MissingArtifactError:
         pass
-    store.write_entry(STORE_ID_ENTRY, canonical_json({"store_id": uuid.uuid4().hex}))
-    return _read_store_id(store)  # two first writers race: both go on with the stored one
+    store.create_entry(STORE_ID_ENTRY, canonical_json({"store_id": uuid.uuid4().hex}))
+    return _read_store_id(store)  # first writers race: only one creates it, all read that one
 
 
 def _read_store_id(store: ArtifactStore) -> str:

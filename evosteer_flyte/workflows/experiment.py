@@ -19,9 +19,9 @@ import typing
 
 from flytekit import dynamic
 
-from evosteer_core.experiment.cells import experiment_cells, experiment_id
+from evosteer_core.experiment.cells import Cell, experiment_cells, experiment_id
 from evosteer_core.infra.artifacts import ArtifactRef
-from evosteer_core.infra.config import config_from_dict
+from evosteer_core.infra.config import RunConfig, config_from_dict
 from evosteer_core.infra.configio import parse_yaml
 from evosteer_core.training.warm_start import with_warm_start
 from evosteer_flyte.tasks.errors import infrastructure_is_recoverable
@@ -64,17 +64,24 @@ def experiment_row(config_yaml: str, row: str, mlflow_run: str) -> RowOutputs:
     cfg = config_from_dict(parse_yaml(config_yaml, "<config_yaml>"), "<config_yaml>")
     cells, costs = [], []
     for cell in (c for c in experiment_cells(cfg) if c.row.name == row):
-        out = experiment_cell(
-            config_yaml=cell.config.to_yaml(),
-            row=row,
-            seed=cell.seed,
-            evaluation=cell.row.eval,
-            runs=cfg.experiment.runs,
-            mlflow_run=mlflow_run,
-        )
+        out = run_cell(cfg, cell, mlflow_run)
         cells.append(out.trajectories)
         costs.append(out.costs)
     return cells, costs
+
+
+def run_cell(cfg: RunConfig, cell: Cell, mlflow_run: str) -> CellOutputs:
+    """``experiment_cell`` of one cell of ``cfg``'s experiment: how a row runs its seeds, and
+    how ``evosteer experiment --jobs`` runs one cell alone in a worker (its tasks then are
+    cache hits when the experiment runs the row)."""
+    return experiment_cell(
+        config_yaml=cell.config.to_yaml(),
+        row=cell.row.name,
+        seed=cell.seed,
+        evaluation=cell.row.eval,
+        runs=cfg.experiment.runs,
+        mlflow_run=mlflow_run,
+    )
 
 
 @dynamic(**DYNAMIC)
