@@ -51,6 +51,7 @@ from evosteer_core.pipeline.costs import (
     require_priced,
 )
 from evosteer_flyte.console import (
+    CellProgress,
     StepProgress,
     cause_chain,
     error_line,
@@ -360,7 +361,8 @@ def _run_cell(config_yaml: str, row: str, seed: int) -> str:
 
     cfg = config_from_dict(parse_yaml(config_yaml, "<config_yaml>"), "<config_yaml>")
     (cell,) = (c for c in experiment_cells(cfg) if c.row.name == row and c.seed == seed)
-    run_cell(cfg, cell, mlflow_run="")
+    with CellProgress(cell.label, cell.config.train.steps if cell.row.trained else 0):
+        run_cell(cfg, cell, mlflow_run="")
     return cell.label
 
 

@@ -14,6 +14,7 @@ import os
 import re
 import sys
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -138,6 +139,56 @@ def run_log(path: Path | None, argv: Sequence[str]) -> Iterator[Path | None]:
         root.setLevel(level)
 
 
+def _listen(handler: logging.Handler) -> dict[str, int]:
+    """Add ``handler`` to our loggers, at INFO at least (the stage records are INFO); their
+    levels before, for :func:`_stop_listening`."""
+    levels = {}
+    for name in OUR_LOGGERS:
+        logger = logging.getLogger(name)
+        levels[name] = logger.level
+        if not logger.isEnabledFor(logging.INFO):
+            logger.setLevel(logging.INFO)
+        logger.addHandler(handler)
+    return levels
+
+
+def _stop_listening(handler: logging.Handler, levels: dict[str, int]) -> None:
+    for name, level in levels.items():
+        logging.getLogger(name).removeHandler(handler)
+        logging.getLogger(name).setLevel(level)
+
+
+class CellProgress(logging.Handler):
+    """Progress of one experiment cell's training as plain lines (cells run side by side in
+    worker processes, where bars would overwrite each other): ``<label>: step k/N (s since the
+    cell began)`` when a step's first stage starts in a new tenth of the run, so a cell of an
+    hour shows about ten lines. Steps found in the cache run no stage and print nothing."""
+
+    def __init__(self, label: str, total: int) -> None:
+        super().__init__(logging.INFO)
+        self.label, self.total = label, total
+        self.started = time.perf_counter()
+        self.shown = -1
+        """The last tenth of the run a line was printed for."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        step = getattr(record, "step", None)
+        if getattr(record, "stage", None) is None or not isinstance(step, int) or self.total < 1:
+            return
+        tenth = 10 * step // self.total
+        if tenth > self.shown:
+            self.shown = tenth
+            elapsed = time.perf_counter() - self.started
+            print(f"  {self.label}: step {step}/{self.total} ({elapsed:.0f} s)", flush=True)
+
+    def __enter__(self) -> CellProgress:
+        self.levels = _listen(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _stop_listening(self, self.levels)
+
+
 class StepProgress(logging.Handler):
     """One tqdm bar for a training run: steps done of the total, s/step and ETA (tqdm's own),
     the stage now running and the last finished step's mean rewards under θ and ρ, plus its
@@ -249,21 +300,14 @@ class StepProgress(logging.Handler):
         return text
 
     def __enter__(self) -> StepProgress:
-        for name in OUR_LOGGERS:
-            logger = logging.getLogger(name)
-            self.levels[name] = logger.level
-            if not logger.isEnabledFor(logging.INFO):
-                logger.setLevel(logging.INFO)
-            logger.addHandler(self)
+        self.levels = _listen(self)
         self.thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.done.set()
         self.thread.join()
-        for name, level in self.levels.items():
-            logging.getLogger(name).removeHandler(self)
-            logging.getLogger(name).setLevel(level)
+        _stop_listening(self, self.levels)
         self.now = ""
         self._update()
         self.bar.close()

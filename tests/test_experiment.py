@@ -244,10 +244,11 @@ def test_a_crashed_experiment_reruns_only_its_missing_cells(tmp_path, monkeypatc
 
 
 def test_jobs_run_each_cell_in_a_worker_and_the_table_from_their_cache(
-    tmp_path, monkeypatch, capsys
+    tmp_path, monkeypatch, capfd
 ):
     """``--jobs 2``: one worker process per cell (not per row: a row's seeds run at once),
-    a line per finished cell, then the experiment workflow in this process finds every
+    a line per finished cell and the workers' progress lines (written by those processes, so
+    captured at the file descriptor), then the experiment workflow in this process finds every
     training stage in the cache the workers filled."""
     from evosteer_flyte import cli
     from tests.pipeline_support import count_stage_calls, isolate_flyte_cache
@@ -259,8 +260,29 @@ def test_jobs_run_each_cell_in_a_worker_and_the_table_from_their_cache(
     stages = count_stage_calls(monkeypatch)  # this process only: the workers are not counted
     assert cli.main(["experiment", "--config", str(path), "--jobs", "2"]) == 0
     assert not stages
-    lines = capsys.readouterr().out.splitlines()
+    lines = capfd.readouterr().out.splitlines()
     done = sorted(line.split("] ", 1)[1] for line in lines if line.startswith("  ["))
     assert [d.rsplit(":", 1)[0] for d in done] == ["AnchorTB / seed 7", "untrained / seed 7"]
     assert any(line.startswith("  [2/2] ") for line in lines)
+    assert any(line.startswith("  AnchorTB / seed 7: step 1/1 (") for line in lines)
     assert "| AnchorTB |" in "\n".join(lines)
+
+
+def test_a_cells_progress_is_a_line_per_tenth_of_its_steps(capsys):
+    """The stage records of 20 steps (each step's stages, as ``stage_io`` logs them) print a
+    line when a step starts a new tenth: steps 1, 2, 4, ..., 20; other records print none."""
+    import logging
+
+    from evosteer_flyte.console import CellProgress
+
+    log = logging.getLogger("evosteer_core.pipeline.stage_io")
+    with CellProgress("AnchorTB / seed 42", 20):
+        for step in range(1, 21):
+            for stage in ("rollout", "rescore", "update"):
+                log.info("step %d: %s", step, stage, extra={"stage": stage, "step": step})
+            log.info("no stage here", extra={"step": step})
+    log.info("step %d: %s", 21, "rollout", extra={"stage": "rollout", "step": 21})  # detached
+    lines = capsys.readouterr().out.splitlines()
+    steps = [int(line.split("step ")[1].split("/")[0]) for line in lines]
+    assert steps == [1, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20]
+    assert all(line.startswith("  AnchorTB / seed 42: step ") and "/20 (" in line for line in lines)
