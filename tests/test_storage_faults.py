@@ -147,11 +147,11 @@ def test_full_disk_is_one_line_and_leaves_no_partial_object(cli, tmp_path, monke
     root = (tmp_path / "full").resolve()
     _fill_disk_under(monkeypatch, root)
     result = cli(str(root), "--set", f"tracking.enabled={str(tracking).lower()}")
-    # the store's identity (store.json, written when the run spec is made) is the first write,
+    # the store's identity (store.json, created when the run spec is made) is the first write,
     # before MLflow's artifacts or any object, with tracking on or off
-    first = f"store {root}: write entry store.json "
+    first = f"store {root}: create entry store.json "
     _assert_one_clear_line(result, first, "failed: No space left on device (ENOSPC)")
-    assert not list((root / "objects").rglob(".tmp-*"))  # the failed write left nothing behind
+    assert not list(root.rglob(".tmp-*"))  # the failed write left nothing behind
 
 
 def test_store_wraps_every_operation_with_root_and_operation(tmp_path, monkeypatch):
