@@ -615,7 +615,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--jobs",
         type=_int_at_least(1),
         default=1,
-        help="rows run in this many processes at once (default: 1; one torch thread each)",
+        help="cells (row × seed) run in this many processes at once, trained cells first "
+        "(default: 1, in this process; with more, one torch thread each)",
     )
     x.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help=SET_HELP)
     x.set_defaults(func=cmd_experiment)
