@@ -127,6 +127,7 @@ def test_the_paired_difference_and_its_standard_error_by_hand():
     assert d.mean == pytest.approx(np.mean(per_seed))
     assert d.se == pytest.approx(np.std(per_seed, ddof=1) / math.sqrt(3))
     assert d.seeds == 3
+    assert d.per_seed == pytest.approx(per_seed) and d.to_dict()["per_seed"] == list(d.per_seed)
     assert math.isnan(paired_difference({1: row[1]}, {1: ref[1]}).se)
 
 
@@ -165,6 +166,37 @@ def test_the_table_scores_each_family_over_seeds_and_runs():
     )
     md = table.markdown()
     assert "SIMULATED" in md and "Δ vs A ± SE" in md and "(reference)" in md
+
+
+def test_the_table_shows_each_seeds_mean_and_paired_difference():
+    from evosteer_core.episode.records import FAMILIES
+    from evosteer_core.experiment.report import render_html
+
+    rng = np.random.default_rng(3)
+    cells = {
+        (n, s): _trajectories(rng, 2, 2, FAMILIES, shift)
+        for n, shift in (("A", 0.0), ("B", 0.2))
+        for s in (5, 9)
+    }
+    table = experiment_table([("A", "checkpoint"), ("B", "untrained")], cells, "A", 2, True)
+    means = {}  # by hand: per family the mean over its (record, run) rewards, then their average
+    for (name, seed), frame in cells.items():
+        fams = [np.mean(frame.reward[frame.family == f].to_numpy()) for f in FAMILIES]
+        means[(name, seed)] = float(np.mean(fams))
+    a, b = table.rows
+    assert a.seed_means == pytest.approx([means[("A", 5)], means[("A", 9)]])
+    assert b.seed_means == pytest.approx([means[("B", 5)], means[("B", 9)]])
+    # with every (record, run) paired, a seed's difference is the difference of its means
+    assert b.difference.per_seed == pytest.approx(
+        [means[("B", s)] - means[("A", s)] for s in (5, 9)]
+    )
+    md = table.markdown()
+    seed_line = next(line for line in md.splitlines() if line.startswith("| B |") and "Δ" in line)
+    d9 = 100 * (means[("B", 9)] - means[("A", 9)])
+    assert f"{100 * means[('B', 9)]:.2f} (Δ {d9:+.2f})" in seed_line
+    assert "| row | seed 5 | seed 9 |" in md
+    assert table.to_dict()["rows"][1]["seed_means"] == list(b.seed_means)
+    assert "seed-table" in render_html(table, "x")
 
 
 # ---- the workflow, end to end ------------------------------------------------------------

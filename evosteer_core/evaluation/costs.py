@@ -16,6 +16,8 @@ from dataclasses import asdict, dataclass
 
 import pandas as pd
 
+from evosteer_core.evaluation.tables import markdown_table
+
 
 @dataclass(frozen=True)
 class TokenCost:
@@ -78,9 +80,4 @@ def cost_cells(c: TokenCost) -> list[str]:
 
 
 def cost_markdown(costs: Sequence[TokenCost]) -> str:
-    lines = [
-        "| " + " | ".join(COST_HEADER) + " |",
-        "| " + " | ".join("---" for _ in COST_HEADER) + " |",
-    ]
-    lines += ["| " + " | ".join(cost_cells(c)) + " |" for c in costs]
-    return "\n".join(lines)
+    return markdown_table(COST_HEADER, [cost_cells(c) for c in costs])

@@ -51,6 +51,16 @@ class EvalTable:
         return "\n".join(lines)
 
 
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A GitHub markdown table of ``rows`` under ``header``."""
+    lines = [
+        "| " + " | ".join(header) + " |",
+        "| " + " | ".join("---" for _ in header) + " |",
+        *("| " + " | ".join(r) + " |" for r in rows),
+    ]
+    return "\n".join(lines)
+
+
 def benchmark_score(name: str, runs: Sequence[float]) -> Score:
     """Mean over runs with the sample std (0 for a single run)."""
     if not runs:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import base64
 import html
 import io
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from evosteer_core.evaluation.costs import COST_HEADER, cost_cells
@@ -83,23 +83,39 @@ tr.reference td { font-weight: 600; background: #fff8c5; }
 
 def render_html(table: ExperimentTable, name: str) -> str:
     """A self-contained page (inline style, the plot as an embedded PNG; nothing fetched)."""
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in table.header())
-    body = "".join(
-        f'<tr class="{"reference" if r.difference is None else "row"}">'
-        + "".join(f"<td>{html.escape(c)}</td>" for c in table.cells(r))
-        + "</tr>"
-        for r in table.rows
-    )
+    classes = ["reference" if r.difference is None else "row" for r in table.rows]
+    main = html_table("experiment-table", table.header(), map(table.cells, table.rows), classes)
+    seeds = html_table("seed-table", table.seed_header(), map(table.seed_cells, table.rows))
     title = f"Experiment {html.escape(name)}"
     return (
         f"<!doctype html><html><head><meta charset='utf-8'><title>{title}</title>"
         f"<style>{STYLE}</style></head><body><h1>{title}</h1>"
-        f"<p class='caption'>{html.escape(table.caption())}</p>"
-        f"<div class='scroll'><table id='experiment-table'><thead><tr>{head}</tr></thead>"
-        f"<tbody>{body}</tbody></table></div>{cost_html(table)}"
+        f"<p class='caption'>{html.escape(table.caption())}</p>{main}"
+        f"<h2>Per seed</h2><p class='caption'>{html.escape(table.seed_caption())}</p>{seeds}"
+        f"{cost_html(table)}"
         f"<h2>Paired difference to {html.escape(table.reference)}</h2>"
         f"<img id='difference-plot' alt='paired differences' src='data:image/png;base64,"
         f"{difference_plot(table)}'></body></html>"
+    )
+
+
+def html_table(
+    table_id: str,
+    header: Sequence[str],
+    rows: Iterable[Sequence[str]],
+    classes: Sequence[str] | None = None,
+) -> str:
+    """A scrollable HTML table, every cell escaped; ``classes`` gives each row a class."""
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+    body = "".join(
+        (f'<tr class="{classes[i]}">' if classes else "<tr>")
+        + "".join(f"<td>{html.escape(c)}</td>" for c in row)
+        + "</tr>"
+        for i, row in enumerate(rows)
+    )
+    return (
+        f"<div class='scroll'><table id='{table_id}'><thead><tr>{head}</tr></thead>"
+        f"<tbody>{body}</tbody></table></div>"
     )
 
 
@@ -108,15 +124,9 @@ def cost_html(table: ExperimentTable) -> str:
     costs = [r.tokens for r in table.rows if r.tokens is not None]
     if not costs:
         return ""
-    head = "".join(f"<th>{h}</th>" for h in COST_HEADER)
-    body = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(v)}</td>" for v in cost_cells(c)) + "</tr>"
-        for c in costs
-    )
     return (
         f"<h2>Tokens per item</h2><p class='caption'>{html.escape(COST_CAPTION)}</p>"
-        f"<div class='scroll'><table id='cost-table'><thead><tr>{head}</tr></thead>"
-        f"<tbody>{body}</tbody></table></div>"
+        + html_table("cost-table", COST_HEADER, map(cost_cells, costs))
     )
 
 

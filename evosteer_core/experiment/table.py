@@ -20,7 +20,7 @@ import pandas as pd
 
 from evosteer_core.episode.records import FAMILIES
 from evosteer_core.evaluation.costs import TokenCost, cost_markdown, table_cost
-from evosteer_core.evaluation.tables import EvalTable, summarize
+from evosteer_core.evaluation.tables import EvalTable, markdown_table, summarize
 
 COST_COLUMNS = {
     "eval_tokens_per_problem": "tokens / problem (eval)",
@@ -32,18 +32,22 @@ COST_COLUMNS = {
 
 @dataclass(frozen=True)
 class Difference:
-    """Mean paired difference (row − reference) over seeds, its standard error, the seeds."""
+    """Mean paired difference (row − reference) over seeds, its standard error, the seeds,
+    and each seed's difference (in seed order: what the mean and SE are computed from, so a
+    reader can check them or pool seeds of several experiments)."""
 
     mean: float
     se: float
     seeds: int
+    per_seed: tuple[float, ...] = ()
 
-    def to_dict(self) -> dict[str, float | int | None]:
+    def to_dict(self) -> dict[str, float | int | list[float] | None]:
         """JSON-ready: an undefined standard error (one seed) is None."""
         return {
             "mean": self.mean,
             "se": None if math.isnan(self.se) else self.se,
             "seeds": self.seeds,
+            "per_seed": list(self.per_seed),
         }
 
     def text(self) -> str:
@@ -63,6 +67,8 @@ class RowResult:
     tokens: TokenCost | None = None
     """The per-item token cost over every (seed, run, record) of the row (None: a cell
     stored before the table kept input and output tokens)."""
+    seed_means: tuple[float, ...] = ()
+    """Each seed's held-out mean (:func:`seed_mean`), in the table's seed order."""
 
 
 def family_run_means(frames: Sequence[pd.DataFrame]) -> dict[str, list[float]]:
@@ -89,6 +95,12 @@ def cell_metrics(trajectories: pd.DataFrame) -> dict[str, float]:
     }
 
 
+def seed_mean(trajectories: pd.DataFrame) -> float:
+    """One cell's held-out mean: the average of its families' mean rewards (every family
+    weighs the same, as in the paired difference)."""
+    return cell_metrics(trajectories)["heldout.mean"]
+
+
 def seed_difference(row: pd.DataFrame, reference: pd.DataFrame) -> float:
     """One seed's paired difference: per family the mean of reward − reference reward over
     the shared (record, run) pairs, averaged over families."""
@@ -109,13 +121,13 @@ def paired_difference(
     seeds = sorted(row)
     if seeds != sorted(reference):
         raise ValueError(f"seeds differ: row {seeds}, reference {sorted(reference)}")
-    diffs = [seed_difference(row[s], reference[s]) for s in seeds]
+    diffs = tuple(seed_difference(row[s], reference[s]) for s in seeds)
     n = len(diffs)
     mean = sum(diffs) / n
     if n < 2:
-        return Difference(mean, math.nan, n)
+        return Difference(mean, math.nan, n, diffs)
     sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1))
-    return Difference(mean, sd / math.sqrt(n), n)
+    return Difference(mean, sd / math.sqrt(n), n, diffs)
 
 
 @dataclass(frozen=True)
@@ -146,17 +158,36 @@ class ExperimentTable:
         costs = [f"{row.costs[k]:.1f}" if k in row.costs else "–" for k in self.cost_keys()]
         return [row.name, *scores, *groups, diff, *costs]
 
+    def seed_header(self) -> list[str]:
+        return ["row", *(f"seed {s}" for s in self.seeds)]
+
+    def seed_cells(self, row: RowResult) -> list[str]:
+        """Each seed's held-out mean (%), and a row's paired difference to the reference."""
+        if row.difference is None:
+            return [row.name, *(f"{100 * m:.2f}" for m in row.seed_means)]
+        pairs = zip(row.seed_means, row.difference.per_seed, strict=True)
+        return [row.name, *(f"{100 * m:.2f} (Δ {100 * d:+.2f})" for m, d in pairs)]
+
+    def seed_caption(self) -> str:
+        return (
+            "Per seed: each cell's held-out mean reward (%, the average of its family means) "
+            f"and, in brackets, its paired difference to {self.reference} (the values the "
+            "Δ column's mean and standard error are computed from)."
+        )
+
     def markdown(self) -> str:
-        """The table as GitHub markdown, with a line saying what the numbers are."""
-        head = self.header()
-        lines = [
-            "| " + " | ".join(head) + " |",
-            "| " + " | ".join("---" for _ in head) + " |",
-            *("| " + " | ".join(self.cells(r)) + " |" for r in self.rows),
+        """The table as GitHub markdown, with a line saying what the numbers are, then the
+        per-seed values and the token costs."""
+        seeds = [
+            "",
+            self.seed_caption(),
+            "",
+            markdown_table(self.seed_header(), [self.seed_cells(r) for r in self.rows]),
         ]
         costs = [r.tokens for r in self.rows if r.tokens is not None]
         cost = ["", COST_CAPTION, "", cost_markdown(costs)] if costs else []
-        return "\n".join([self.caption(), "", *lines, *cost])
+        main = markdown_table(self.header(), [self.cells(r) for r in self.rows])
+        return "\n".join([self.caption(), "", main, *seeds, *cost])
 
     def caption(self) -> str:
         sim = "SIMULATED executor. " if self.simulated else ""
@@ -178,6 +209,7 @@ class ExperimentTable:
                     "eval": r.evaluation,
                     **r.table.to_dict(),
                     "difference": None if r.difference is None else r.difference.to_dict(),
+                    "seed_means": list(r.seed_means),
                     "costs": dict(r.costs),
                     "tokens": None if r.tokens is None else r.tokens.to_dict(),
                 }
@@ -207,9 +239,9 @@ def experiment_table(
         row_costs["eval_tokens_per_problem"] = sum(
             float(frames[s]["tokens"].mean()) for s in seeds
         ) / len(seeds)
-        results.append(
-            RowResult(name, evaluation, table, difference, row_costs, _row_tokens(name, frames))
-        )
+        means = tuple(seed_mean(frames[s]) for s in seeds)
+        tokens = _row_tokens(name, frames)
+        results.append(RowResult(name, evaluation, table, difference, row_costs, tokens, means))
     return ExperimentTable(tuple(results), reference, seeds, runs, simulated)
 
 
