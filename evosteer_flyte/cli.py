@@ -60,6 +60,8 @@ from evosteer_flyte.console import (
 )
 
 if TYPE_CHECKING:
+    from concurrent.futures import ProcessPoolExecutor
+
     from evosteer_core.experiment.cells import Cell
 
 
@@ -382,8 +384,24 @@ def _run_cells(config_yaml: str, cells: Sequence[Cell], jobs: int) -> Iterator[s
     context = multiprocessing.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=context) as pool:
         futures = [pool.submit(_cell_job, config_yaml, c.row.name, c.seed) for c in order]
-        for future in concurrent.futures.as_completed(futures):
-            yield future.result()
+        try:
+            for future in concurrent.futures.as_completed(futures):
+                yield future.result()
+        except (KeyboardInterrupt, SystemExit, GeneratorExit):
+            _stop_workers(pool)
+            raise
+
+
+def _stop_workers(pool: ProcessPoolExecutor) -> None:
+    """An interrupted experiment (Ctrl-C, SIGTERM as ``SystemExit``, or its caller gone) stops
+    now: queued cells are cancelled and running ones end with their worker (SIGTERM), instead of
+    the pool's exit waiting for every cell to finish. A stopped cell resumes from its last
+    cached step when the command runs again; its MLflow run is closed by that next start."""
+    import multiprocessing
+
+    pool.shutdown(wait=False, cancel_futures=True)
+    for worker in multiprocessing.active_children():
+        worker.terminate()
 
 
 def cmd_experiment(args: argparse.Namespace) -> int:

@@ -4,7 +4,16 @@ only the missing cells."""
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -15,6 +24,8 @@ from evosteer_core.experiment.table import experiment_table, paired_difference
 from evosteer_core.infra.config import load_config
 from evosteer_core.infra.configio import ConfigError
 from evosteer_core.infra.runs import config_hash, run_id_for
+
+REPO = Path(__file__).resolve().parents[1]
 
 ROWS = [
     {"name": "AnchorTB"},
@@ -202,7 +213,9 @@ def test_the_table_shows_each_seeds_mean_and_paired_difference():
 # ---- the workflow, end to end ------------------------------------------------------------
 
 
-def _small_experiment(root):
+def _small_experiment(
+    root, rows=({"name": "AnchorTB"}, {"name": "untrained", "eval": "untrained"}), steps=1
+):
     from tests.pipeline_support import SMALL
 
     return load_config(
@@ -210,13 +223,13 @@ def _small_experiment(root):
         {
             **SMALL,
             "store.root": str(root),
-            "train.steps": 1,
+            "train.steps": steps,
             "train.batch_size": 2,
             "sim.n_heldout_per_family": 1,
             "skills.enabled": False,
             "objectives.cost_metrics": True,
             "experiment": {
-                "rows": [{"name": "AnchorTB"}, {"name": "untrained", "eval": "untrained"}],
+                "rows": list(rows),
                 "seeds": [7],
                 "runs": 2,
             },
@@ -298,6 +311,66 @@ def test_jobs_run_each_cell_in_a_worker_and_the_table_from_their_cache(
     assert any(line.startswith("  [2/2] ") for line in lines)
     assert any(line.startswith("  AnchorTB / seed 7: step 1/1 (") for line in lines)
     assert "| AnchorTB |" in "\n".join(lines)
+
+
+def _children(pid: int) -> list[int]:
+    """The live processes whose parent is ``pid`` (from /proc)."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[1]) == pid and fields[0] != "Z":
+                out.append(int(stat.parent.name))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    with contextlib.suppress(OSError):
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    return False
+
+
+def test_sigterm_stops_an_experiments_workers_at_once(tmp_path):
+    """Before: SIGTERM (``kill``, a scheduler stopping the job) raised ``SystemExit`` in the
+    parent of ``--jobs 2``, whose process pool then waited for both running cells and the
+    queued one to finish before exiting (hours at table2-sim's scale). Now the queued cell is
+    cancelled and the workers stop with the parent, which exits 143 in seconds."""
+    rows = ({"name": "AnchorTB"}, {"name": "TB", "set": {"train.objective": "tb"}})
+    cfg = _small_experiment(
+        tmp_path / "runs", (*rows, {"name": "untrained", "eval": "untrained"}), 200
+    )
+    path = tmp_path / "exp.yaml"
+    path.write_text(cfg.to_yaml())
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "evosteer_flyte.cli", "experiment", "--config", str(path)]
+        + ["--jobs", "2"],
+        cwd=REPO,
+        env={**os.environ, "HOME": str(tmp_path / "home")},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(ln) for ln in proc.stdout], daemon=True).start()
+    seen: list[str] = []
+    try:
+        deadline = time.monotonic() + 300
+        while not any(": step 1/200 (" in ln for ln in seen):  # a cell is training
+            assert proc.poll() is None and time.monotonic() < deadline, "".join(seen)[-3000:]
+            with contextlib.suppress(queue.Empty):
+                seen.append(lines.get(timeout=1))
+        workers = _children(proc.pid)
+        assert len(workers) >= 2  # the two cell workers (and the pool's resource tracker)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 143
+        deadline = time.monotonic() + 30
+        while any(_alive(w) for w in workers) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not any(_alive(w) for w in workers)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
 
 
 def test_a_cells_progress_is_a_line_per_tenth_of_its_steps(capsys):
