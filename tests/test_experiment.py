@@ -335,10 +335,9 @@ def test_sigterm_stops_an_experiments_workers_at_once(tmp_path):
     parent of ``--jobs 2``, whose process pool then waited for both running cells and the
     queued one to finish before exiting (hours at table2-sim's scale). Now the queued cell is
     cancelled and the workers stop with the parent, which exits 143 in seconds."""
-    rows = ({"name": "AnchorTB"}, {"name": "TB", "set": {"train.objective": "tb"}})
-    cfg = _small_experiment(
-        tmp_path / "runs", (*rows, {"name": "untrained", "eval": "untrained"}), 200
-    )
+    trained = ({"name": "AnchorTB"}, {"name": "TB", "set": {"train.objective": "tb"}})
+    queued = {"name": "untrained", "eval": "untrained"}  # two workers: this cell waits
+    cfg = _small_experiment(tmp_path / "runs", (*trained, queued), steps=200)
     path = tmp_path / "exp.yaml"
     path.write_text(cfg.to_yaml())
     proc = subprocess.Popen(
