@@ -1,0 +1,88 @@
+"""The admission gain of stored runs: each trained checkpoint evaluated as an experiment cell is,
+with four skill menus.
+
+Usage: python experiments/admission_gain.py --store STORE --run RUN [--run RUN ...] [--runs 5]
+Everything here is SIMULATED when the runs are. For each run, its checkpoint at its last step
+(or ``--step``) is evaluated the way ``evosteer experiment`` evaluates a trained cell
+(``experiment.cells.cell_trajectories``: every held-out record, ``--runs`` runs, the same
+evaluation seeds), once per library: the library as trained (validated skills and each
+family's candidate under test: what an experiment's table reports), validated skills only,
+every skill ever proposed admitted as if validated, and none. It prints the held-out mean
+reward (the mean of the family means, %) of each, and the admission gain (docs/method.md
+§1.10: validated only − admit every candidate). docs/table2_sim.md ("The competent prior at a
+hundred steps") has the figures of the table2-sim cells.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: experiments.*
+
+from evosteer_core.episode.world import load_records
+from evosteer_core.evaluation.rows import row_rollouts
+from evosteer_core.experiment.cells import EVALUATION_TAG
+from evosteer_core.infra.artifacts import RunIndex, open_store
+from evosteer_core.infra.runs import run_config
+from evosteer_core.skills.library import SkillLibrary
+from evosteer_core.training.session import open_session
+from evosteer_core.training.state import TrainState
+from experiments.lifecycle import admit_all, validated_only
+from experiments.skill_lifecycle import with_library
+
+ARMS = ("as trained", "validated only", "admit every candidate", "no skills")
+
+
+def arm_libraries(library: SkillLibrary) -> dict[str, SkillLibrary]:
+    """The four libraries of :data:`ARMS`, from a checkpoint's ``library``."""
+    libraries = (library, validated_only(library), admit_all(library), SkillLibrary())
+    return dict(zip(ARMS, libraries, strict=True))
+
+
+def heldout_mean(table: pd.DataFrame) -> float:
+    """The held-out mean reward (%) of an evaluation table: the mean of its family means."""
+    return 100 * float(table.groupby("family")["reward"].mean().mean())
+
+
+def admission_gain(store_root: str, run: str, runs: int, step: int | None = None) -> dict:
+    """Held-out mean (%) of ``run``'s checkpoint under each arm's menus, with the menu sizes."""
+    store = open_store(store_root)
+    cfg = run_config(store, run)
+    at = cfg.train.steps if step is None else step
+    state = TrainState.from_bytes(store.get_bytes(RunIndex(store, run).lookup(at, "state")))
+    session = open_session(cfg, state)
+    heldout = load_records(cfg)[1]
+    out: dict[str, dict] = {}
+    by_menus: dict[str, float] = {}  # identical menus give identical episodes: evaluate once
+    for label, library in arm_libraries(session.skills.library).items():
+        s = with_library(session, library)
+        menus = s.skills.menus()
+        key = repr(menus)
+        if key not in by_menus:
+            table = row_rollouts(s, "checkpoint", heldout, runs, EVALUATION_TAG)
+            by_menus[key] = heldout_mean(table)
+        out[label] = {"mean": by_menus[key], "menu": sum(len(m) for m in menus.values())}
+    return {"run": run, "step": at, "seed": cfg.train.seed, "arms": out}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--store", required=True, help="the store root the runs live in")
+    p.add_argument("--run", action="append", required=True, help="a run id (repeatable)")
+    p.add_argument("--runs", type=int, default=5, help="evaluation runs per held-out record")
+    p.add_argument("--step", type=int, default=None, help="checkpoint step (default: the last)")
+    args = p.parse_args()
+    for run in args.run:
+        r = admission_gain(args.store, run, args.runs, args.step)
+        arms = r["arms"]
+        cells = "  ".join(f"{k} {v['mean']:.2f} (menu {v['menu']})" for k, v in arms.items())
+        gain = arms["validated only"]["mean"] - arms["admit every candidate"]["mean"]
+        print(f"{run} step {r['step']} seed {r['seed']}: {cells}; admission gain {gain:+.2f}")
+
+
+if __name__ == "__main__":
+    main()
