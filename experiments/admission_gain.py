@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: e
 from evosteer_core.episode.world import load_records
 from evosteer_core.evaluation.rows import row_rollouts
 from evosteer_core.experiment.cells import EVALUATION_TAG
-from evosteer_core.infra.artifacts import RunIndex, open_store
+from evosteer_core.infra.artifacts import MissingArtifactError, RunIndex, open_store
 from evosteer_core.infra.runs import run_config
 from evosteer_core.skills.library import SkillLibrary
 from evosteer_core.training.session import open_session
@@ -77,7 +77,10 @@ def main() -> None:
     p.add_argument("--step", type=int, default=None, help="checkpoint step (default: the last)")
     args = p.parse_args()
     for run in args.run:
-        r = admission_gain(args.store, run, args.runs, args.step)
+        try:
+            r = admission_gain(args.store, run, args.runs, args.step)
+        except MissingArtifactError as exc:  # a run id or step the store does not hold
+            sys.exit(f"admission_gain: {exc}")
         arms = r["arms"]
         cells = "  ".join(f"{k} {v['mean']:.2f} (menu {v['menu']})" for k, v in arms.items())
         gain = arms["validated only"]["mean"] - arms["admit every candidate"]["mean"]
