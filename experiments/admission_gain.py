@@ -5,8 +5,9 @@ Usage: python experiments/admission_gain.py --store STORE --run RUN [--run RUN .
 Everything here is SIMULATED when the runs are. For each run, its checkpoint at its last step
 (or ``--step``) is evaluated the way ``evosteer experiment`` evaluates a trained cell
 (``experiment.cells.cell_trajectories``: every held-out record, ``--runs`` runs, the same
-evaluation seeds), once per library: the library as trained (validated skills and each
-family's candidate under test: what an experiment's table reports), validated skills only,
+evaluation seeds), once per menu: the validated skills only (what is deployed at test time and
+what an experiment's table reports), the training menus (validated skills and each family's
+candidate under test: what tables reported before evaluation deployed validated skills only),
 every skill ever proposed admitted as if validated, and none. It prints the held-out mean
 reward (the mean of the family means, %) of each, and the admission gain (docs/method.md
 §1.10: validated only − admit every candidate). docs/table2_sim.md ("The competent prior at a
@@ -29,18 +30,23 @@ from evosteer_core.experiment.cells import EVALUATION_TAG
 from evosteer_core.infra.artifacts import MissingArtifactError, RunIndex, open_store
 from evosteer_core.infra.runs import run_config
 from evosteer_core.skills.library import SkillLibrary
-from evosteer_core.training.session import open_session
+from evosteer_core.training.session import Session, open_session
 from evosteer_core.training.state import TrainState
-from experiments.lifecycle import admit_all, validated_only
+from experiments.lifecycle import admit_all
 from experiments.skill_lifecycle import with_library
 
-ARMS = ("as trained", "validated only", "admit every candidate", "no skills")
+ARMS = ("validated only", "with candidates under test", "admit every candidate", "no skills")
 
 
-def arm_libraries(library: SkillLibrary) -> dict[str, SkillLibrary]:
-    """The four libraries of :data:`ARMS`, from a checkpoint's ``library``."""
-    libraries = (library, validated_only(library), admit_all(library), SkillLibrary())
-    return dict(zip(ARMS, libraries, strict=True))
+def arm_menus(s: Session) -> dict[str, dict]:
+    """The per-family menus of each of :data:`ARMS`, from a checkpoint's session ``s``."""
+    library = s.skills.library
+    return {
+        "validated only": s.skills.deployed_menus(),
+        "with candidates under test": s.skills.menus(),
+        "admit every candidate": with_library(s, admit_all(library)).skills.deployed_menus(),
+        "no skills": with_library(s, SkillLibrary()).skills.deployed_menus(),
+    }
 
 
 def heldout_mean(table: pd.DataFrame) -> float:
@@ -58,12 +64,10 @@ def admission_gain(store_root: str, run: str, runs: int, step: int | None = None
     heldout = load_records(cfg)[1]
     out: dict[str, dict] = {}
     by_menus: dict[str, float] = {}  # identical menus give identical episodes: evaluate once
-    for label, library in arm_libraries(session.skills.library).items():
-        s = with_library(session, library)
-        menus = s.skills.menus()
+    for label, menus in arm_menus(session).items():
         key = repr(menus)
         if key not in by_menus:
-            table = row_rollouts(s, "checkpoint", heldout, runs, EVALUATION_TAG)
+            table = row_rollouts(session, "checkpoint", heldout, runs, EVALUATION_TAG, menus=menus)
             by_menus[key] = heldout_mean(table)
         out[label] = {"mean": by_menus[key], "menu": sum(len(m) for m in menus.values())}
     return {"run": run, "step": at, "seed": cfg.train.seed, "arms": out}

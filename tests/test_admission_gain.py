@@ -1,5 +1,5 @@
 """experiments/admission_gain.py on a stored two-step run whose library holds candidates: its
-"as trained" arm is the experiment's evaluation of the cell, and each other arm is the same
+"validated only" arm is the experiment's evaluation of the cell, and each other arm is the same
 checkpoint evaluated with that arm's menus (built here from the library's statuses)."""
 
 from __future__ import annotations
@@ -42,15 +42,14 @@ def test_each_arm_is_the_checkpoint_under_that_arms_menus(tmp_path):
     statuses = [e.status for e in library.entries]
     assert "candidate" in statuses and "validated" not in statuses  # the case of the tables
 
-    # as trained = what `evosteer experiment` reports for this cell
-    assert arms["as trained"]["mean"] == heldout_mean(
-        cell_trajectories(cfg, state, "checkpoint", 1)
-    )
-    assert arms["as trained"]["menu"] == statuses.count("candidate")
-    # with nothing validated, "validated only" deploys no skill: the empty library's episodes
+    # validated only = what `evosteer experiment` reports for this cell; with nothing
+    # validated it deploys no skill: the empty library's episodes
     session = with_library(open_session(cfg, state), SkillLibrary())
     heldout = load_records(cfg)[1]
     empty = heldout_mean(row_rollouts(session, "checkpoint", heldout, 1, EVALUATION_TAG))
+    assert heldout_mean(cell_trajectories(cfg, state, "checkpoint", 1)) == empty
     assert arms["validated only"] == arms["no skills"] == {"mean": empty, "menu": 0}
+    # the training menus offer each family's candidate under test
+    assert arms["with candidates under test"]["menu"] == statuses.count("candidate")
     assert arms["admit every candidate"]["menu"] == len(statuses)
     assert out["step"] == 2 and out["seed"] == cfg.train.seed

@@ -24,7 +24,12 @@ from evosteer_flyte.tasks import experiment as experiment_tasks
 from evosteer_flyte.tasks import replay as replay_tasks
 from evosteer_flyte.tasks import spec as run_spec
 from evosteer_flyte.tasks import step_tasks, tracking_tasks
-from evosteer_flyte.tasks.resources import CPU_IMAGE, GPU_IMAGE
+from evosteer_flyte.tasks.resources import (
+    CACHE_VERSION,
+    CPU_IMAGE,
+    EVALUATION_CACHE_VERSION,
+    GPU_IMAGE,
+)
 from evosteer_flyte.tasks.spec import make_spec
 from evosteer_flyte.workflows import evaluate as eval_wf
 from evosteer_flyte.workflows import experiment as experiment_wf
@@ -283,3 +288,22 @@ def test_a_table2_sized_experiment_stays_within_the_per_dynamic_node_guidance():
             _check_template(t)
     for t in (*outer.tasks, *row.tasks, *outer_cell.tasks):
         _check_template(t)
+
+
+EVALUATION_TASKS = {"evaluate_benchmark", "evaluate_row_task", "evaluate_cell"}
+
+
+def test_evaluations_have_their_own_cache_version_and_every_other_cached_task_the_common_one():
+    """An evaluation-only change (``EVALUATION_VERSION``) recomputes evaluations, not training;
+    a ``CODE_VERSION`` bump reaches both (the evaluation version extends the common one)."""
+    versions = {}
+    for t in _all_tasks():
+        meta = get_serializable(OrderedDict(), _settings(), t).template.metadata
+        if meta.discoverable:
+            versions[_short(t.name)] = meta.discovery_version
+    assert set(versions) >= EVALUATION_TASKS
+    assert {"gpu_stage", "cpu_stage", "rollout_shard", "init_run"} <= set(versions)
+    for name, version in versions.items():
+        expected = EVALUATION_CACHE_VERSION if name in EVALUATION_TASKS else CACHE_VERSION
+        assert version == expected, name
+    assert EVALUATION_CACHE_VERSION.startswith(CACHE_VERSION + "-")

@@ -86,20 +86,25 @@ def row_rollouts(
     runs: int,
     tag: str,
     searched: Mapping[str, Any] | None = None,
+    menus: dict | None = None,
 ) -> pd.DataFrame:
     """The row table (:data:`COLUMNS`) of ``row`` on ``records``, ``runs`` runs each.
 
     ``searched``: the result of ``paradigms.searched.search_workflows`` (for
-    ``paradigm:searched`` only). Raises ``ExecutorOutageError`` as a rollout does."""
+    ``paradigm:searched`` only). ``menus``: skill menus in place of the deployed ones (the
+    validated skills; a diagnostic's other arms). Raises ``ExecutorOutageError`` as a rollout
+    does."""
     (row,) = parse_rows([row])
     if s.cfg.method == "collabflow":
-        return _team_rollouts(s, row, records, runs, tag)
+        return _team_rollouts(s, row, records, runs, tag, menus)
     fixed = None if row in (CHECKPOINT, UNTRAINED) else _paradigm(row, searched)
     arm = "theta" if row == CHECKPOINT else "rho"
     plans = [EpisodePlan(r, arm, 0, evaluation=True) for r in records]
     out: list[dict[str, Any]] = []
     for k in range(runs):
-        ctx = s.rollout_context(derive_seed(s.cfg.train.seed, f"{tag}/{k}"), 0, evaluation=True)
+        ctx = s.rollout_context(
+            derive_seed(s.cfg.train.seed, f"{tag}/{k}"), 0, menus, evaluation=True
+        )
         if fixed is None:
             episodes = run_rollouts(s.policy, plans, ctx).episodes
         else:  # a paradigm runs in the standard runtime, whatever the run ablates
@@ -109,7 +114,7 @@ def row_rollouts(
 
 
 def _team_rollouts(
-    s: Session, row: str, records: Sequence[TaskRecord], runs: int, tag: str
+    s: Session, row: str, records: Sequence[TaskRecord], runs: int, tag: str, menus: dict | None
 ) -> pd.DataFrame:
     """A CollabFlow run's row (docs/collabflow.md §5): ``checkpoint`` constructs with the
     trained director θ, ``untrained`` with ρ (or either runs ``collabflow.fixed_team``); the
@@ -119,7 +124,9 @@ def _team_rollouts(
     fixed = fixed_teams(s)
     out: list[dict[str, Any]] = []
     for k in range(runs):
-        ctx = s.rollout_context(derive_seed(s.cfg.train.seed, f"{tag}/{k}"), 0, evaluation=True)
+        ctx = s.rollout_context(
+            derive_seed(s.cfg.train.seed, f"{tag}/{k}"), 0, menus, evaluation=True
+        )
         for r in records:
             ep = team_episode(s, ctx, r, row == CHECKPOINT, fixed.get(r.family))
             out.append(_team_trajectory(row, k, ep))

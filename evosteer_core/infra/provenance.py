@@ -28,14 +28,24 @@ CODE_HASH_TAG = "evosteer.code_hash"
 GIT_COMMIT_TAG = "evosteer.git_commit"
 GIT_DIRTY_TAG = "evosteer.git_dirty"
 CACHE_VERSION_KEY = "evosteer.cache_version"
+EVALUATION_CACHE_VERSION_KEY = "evosteer.evaluation_cache_version"
 
 CODE_VERSION = "9"
 """Bump when a task's outputs change for the same inputs (flytekit's cache ignores code)."""
 
 CACHE_VERSION = f"{evosteer_core.__version__}-{CODE_VERSION}"
-"""The ``cache_version`` of every cached Flyte task: the package version and
-:data:`CODE_VERSION`. It lives here, not with the tasks, so the report (which loads no
+"""The ``cache_version`` of every cached Flyte task but the evaluations: the package version
+and :data:`CODE_VERSION`. It lives here, not with the tasks, so the report (which loads no
 flytekit) can name it."""
+
+EVALUATION_VERSION = "1"
+"""Bump when an evaluation's outputs change for the same checkpoint while training's do not
+(1: test time deploys validated skills only), so cached training stays cached."""
+
+EVALUATION_CACHE_VERSION = f"{CACHE_VERSION}-eval{EVALUATION_VERSION}"
+"""The ``cache_version`` of the evaluation tasks (a benchmark's, a row's, an experiment cell's):
+:data:`CACHE_VERSION` and :data:`EVALUATION_VERSION`, so a :data:`CODE_VERSION` bump reaches
+them too."""
 
 
 def _package_dirs() -> list[Path]:
@@ -79,8 +89,12 @@ def git_state() -> tuple[str, bool] | None:
 
 
 def code_summary() -> dict[str, str]:
-    """This code as the report shows it: :func:`code_tags` plus the cache version."""
-    return {**code_tags(), CACHE_VERSION_KEY: CACHE_VERSION}
+    """This code as the report shows it: :func:`code_tags` plus the cache versions."""
+    return {
+        **code_tags(),
+        CACHE_VERSION_KEY: CACHE_VERSION,
+        EVALUATION_CACHE_VERSION_KEY: EVALUATION_CACHE_VERSION,
+    }
 
 
 def code_tags() -> dict[str, str]:

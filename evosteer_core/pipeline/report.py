@@ -26,6 +26,7 @@ from evosteer_core.infra.artifacts import ArtifactStore, RunIndex
 from evosteer_core.infra.provenance import (
     CACHE_VERSION_KEY,
     CODE_HASH_TAG,
+    EVALUATION_CACHE_VERSION_KEY,
     GIT_COMMIT_TAG,
     GIT_DIRTY_TAG,
     VERSION_TAG,
@@ -59,6 +60,7 @@ another stays visible."""
 CODE_FIELDS: tuple[tuple[str, str], ...] = (
     (VERSION_TAG, "package version"),
     (CACHE_VERSION_KEY, "cache version"),
+    (EVALUATION_CACHE_VERSION_KEY, "evaluation cache version"),
     (CODE_HASH_TAG, "code hash"),
     (GIT_COMMIT_TAG, "git commit"),
     (GIT_DIRTY_TAG, "uncommitted changes"),

@@ -95,6 +95,10 @@ class SkillState:
         """Per-family menus (validated skills plus the candidate under test)."""
         return {f: self.library.menu(f) for f in FAMILIES} if self.enabled else {}
 
+    def deployed_menus(self) -> dict[str, tuple[SkillView, ...]]:
+        """Per-family test-time menus (validated skills only)."""
+        return {f: self.library.deployed_menu(f) for f in FAMILIES} if self.enabled else {}
+
     def pair_plans(self, batch: Sequence[TaskRecord], step: int) -> tuple[PairPlan, ...]:
         if not self.enabled:
             return ()

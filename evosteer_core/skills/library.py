@@ -104,6 +104,11 @@ class SkillLibrary:
         """The family's skill menu as executor views (candidates are selectable while tested)."""
         return tuple(e.skill.view() for e in self.menu_entries(family))
 
+    def deployed_menu(self, family: str) -> tuple[SkillView, ...]:
+        """The family's test-time menu: its validated skills only (docs/method.md, test-time
+        protocol: a candidate is tried only inside training, where its paired test runs)."""
+        return tuple(e.skill.view() for e in self.family_entries(family, "validated"))
+
     def admission_block(self, family: str) -> Rejection | None:
         """Why no candidate can be added to ``family`` now (``None`` if one can)."""
         lim = self.limits

@@ -152,13 +152,17 @@ class Session:
         self, run_seed: int, step: int, menus: dict | None = None, *, evaluation: bool
     ) -> RolloutContext:
         """The frozen context of a rollout batch: menus, v̂ snapshot, budgets, renderer, and
-        the reward: the official one for evaluation, the configured training reward otherwise."""
+        the reward: the official one for evaluation, the configured training reward otherwise.
+        Unless ``menus`` are given, training offers the candidates under test and evaluation
+        only the validated skills (docs/method.md, test-time protocol)."""
+        if menus is None:
+            menus = self.skills.deployed_menus() if evaluation else self.skills.menus()
         return RolloutContext(
             catalogue=self.world.catalogue,
             limits=self.cfg.budget,
             executor=self.world.executor,
             evaluator=self.world.evaluator if evaluation else self.world.train_evaluator,
-            menus=self.skills.menus() if menus is None else menus,
+            menus=menus,
             value_head=self.value_head,
             run_seed=run_seed,
             step=step,

@@ -26,6 +26,7 @@ from evosteer_flyte.tasks.errors import infrastructure_is_recoverable
 from evosteer_flyte.tasks.resources import (
     CACHE_VERSION,
     CPU_IMAGE,
+    EVALUATION_CACHE_VERSION,
     LIGHT_RESOURCES,
     RETRIES,
 )
@@ -33,8 +34,15 @@ from evosteer_flyte.tasks.spec import RunSpec, load, require_stored
 from evosteer_flyte.tasks.step_tasks import GPU_TASK
 from evosteer_flyte.tasks.tracking_tasks import DECK, _tracker
 
+EVALUATION_TASK = {
+    **GPU_TASK,
+    "cache": Cache(version=EVALUATION_CACHE_VERSION, ignored_inputs=("config_yaml",)),
+}
+"""A GPU task that evaluates a frozen checkpoint: cached under the evaluation cache version, so
+a change to evaluation alone recomputes evaluations and no training."""
 
-@task(**GPU_TASK)
+
+@task(**EVALUATION_TASK)
 @infrastructure_is_recoverable()
 def evaluate_benchmark(
     spec: RunSpec,
@@ -108,7 +116,7 @@ def search_paradigm_workflows(
     return store_workflows(io.store, found)
 
 
-@task(**GPU_TASK)
+@task(**EVALUATION_TASK)
 @infrastructure_is_recoverable()
 def evaluate_row_task(
     spec: RunSpec,

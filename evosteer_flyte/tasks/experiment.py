@@ -11,13 +11,13 @@ from evosteer_core.experiment.table import cell_metrics
 from evosteer_core.infra.artifacts import ArtifactRef, get_json
 from evosteer_core.infra.tracking import log_experiment_cell
 from evosteer_flyte.tasks.errors import infrastructure_is_recoverable
+from evosteer_flyte.tasks.evaluate import EVALUATION_TASK
 from evosteer_flyte.tasks.resources import (
     CPU_IMAGE,
     LIGHT_RESOURCES,
     RETRIES,
 )
 from evosteer_flyte.tasks.spec import RunSpec, load, require_stored
-from evosteer_flyte.tasks.step_tasks import GPU_TASK
 from evosteer_flyte.tasks.tracking_tasks import _tracker
 
 
@@ -26,7 +26,7 @@ class CellResult(typing.NamedTuple):
     costs: dict[str, float]
 
 
-@task(**GPU_TASK)
+@task(**EVALUATION_TASK)
 @infrastructure_is_recoverable()
 def evaluate_cell(
     spec: RunSpec,

@@ -13,8 +13,10 @@ ignore all of this.
 from flytekit import Resources
 from flytekit.extras.accelerators import H100
 
-# the tasks' cache version: bump ``evosteer_core/infra/provenance.py:CODE_VERSION``
+# the tasks' cache versions: bump ``evosteer_core/infra/provenance.py:CODE_VERSION`` (every
+# task) or ``EVALUATION_VERSION`` (the evaluation tasks alone)
 from evosteer_core.infra.provenance import CACHE_VERSION as CACHE_VERSION
+from evosteer_core.infra.provenance import EVALUATION_CACHE_VERSION as EVALUATION_CACHE_VERSION
 from evosteer_flyte.images import task_images
 
 RETRIES = 3
