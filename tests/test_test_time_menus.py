@@ -3,8 +3,6 @@ under test is on the training menus, where its paired test runs, and never on an
 
 from __future__ import annotations
 
-import pytest
-import torch
 from skill_examples import skill
 
 from evosteer_core.evaluation.rows import row_rollouts
@@ -13,14 +11,6 @@ from evosteer_core.skills.library import SkillLibrary
 from evosteer_core.training.session import init_state, open_session
 
 TINY = {"sim.n_train_per_family": 2, "sim.n_heldout_per_family": 2}
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def _library() -> SkillLibrary:
@@ -64,9 +54,9 @@ def test_a_checkpoint_with_candidates_is_evaluated_as_with_its_validated_skills_
     validated = validated.add_candidate(one, 0).transition(one.skill_id, "validated", 1)
     a = row_rollouts(with_candidates, "checkpoint", records, 2, "eval/menus")
     b = row_rollouts(_session(validated), "checkpoint", records, 2, "eval/menus")
-    pd_cols = ["record_id", "run", "reward", "n_actions", "tokens"]
-    assert a[pd_cols].equals(b[pd_cols])
+    cols = ["record_id", "run", "reward", "n_actions", "tokens"]
+    assert a[cols].equals(b[cols])
     # and the training menus do reach an evaluation when asked for (the diagnostic arm)
     menus = with_candidates.skills.menus()
     c = row_rollouts(with_candidates, "checkpoint", records, 2, "eval/menus", menus=menus)
-    assert not c[pd_cols].equals(a[pd_cols])
+    assert not c[cols].equals(a[cols])
