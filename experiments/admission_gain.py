@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: e
 from evosteer_core.episode.world import load_records
 from evosteer_core.evaluation.rows import row_rollouts
 from evosteer_core.experiment.cells import EVALUATION_TAG
+from evosteer_core.experiment.table import seed_mean
 from evosteer_core.infra.artifacts import MissingArtifactError, RunIndex, open_store
 from evosteer_core.infra.runs import run_config
 from evosteer_core.skills.library import SkillLibrary
@@ -50,8 +51,9 @@ def arm_menus(s: Session) -> dict[str, dict]:
 
 
 def heldout_mean(table: pd.DataFrame) -> float:
-    """The held-out mean reward (%) of an evaluation table: the mean of its family means."""
-    return 100 * float(table.groupby("family")["reward"].mean().mean())
+    """The held-out mean reward (%) of an evaluation table, as the experiment table's
+    per-seed figure (the mean of its family means)."""
+    return 100 * seed_mean(table)
 
 
 def admission_gain(store_root: str, run: str, runs: int, step: int | None = None) -> dict:
