@@ -28,12 +28,11 @@ from evosteer_core.episode.world import load_records
 from evosteer_core.evaluation.rows import row_rollouts
 from evosteer_core.experiment.cells import EVALUATION_TAG
 from evosteer_core.experiment.table import seed_mean
-from evosteer_core.infra.artifacts import MissingArtifactError, RunIndex, open_store
-from evosteer_core.infra.runs import run_config
+from evosteer_core.infra.artifacts import MissingArtifactError
 from evosteer_core.skills.library import SkillLibrary
 from evosteer_core.training.session import Session, open_session
-from evosteer_core.training.state import TrainState
 from experiments.lifecycle import admit_all
+from experiments.probe_session import stored_checkpoint
 from experiments.skill_lifecycle import with_library
 
 ARMS = ("validated only", "with candidates under test", "admit every candidate", "no skills")
@@ -58,10 +57,7 @@ def heldout_mean(table: pd.DataFrame) -> float:
 
 def admission_gain(store_root: str, run: str, runs: int, step: int | None = None) -> dict:
     """Held-out mean (%) of ``run``'s checkpoint under each arm's menus, with the menu sizes."""
-    store = open_store(store_root)
-    cfg = run_config(store, run)
-    at = cfg.train.steps if step is None else step
-    state = TrainState.from_bytes(store.get_bytes(RunIndex(store, run).lookup(at, "state")))
+    cfg, state, at = stored_checkpoint(store_root, run, step)
     session = open_session(cfg, state)
     heldout = load_records(cfg)[1]
     out: dict[str, dict] = {}

@@ -33,14 +33,14 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: experiments.*
 
 from evosteer_core.episode.world import build_world
-from evosteer_core.infra.artifacts import RunIndex, open_store
-from evosteer_core.infra.config import RunConfig, config_from_dict, load_config
-from evosteer_core.infra.configio import parse_override, to_plain
-from evosteer_core.infra.runs import run_config
+from evosteer_core.infra.artifacts import MissingArtifactError
+from evosteer_core.infra.config import RunConfig, load_config
+from evosteer_core.infra.configio import parse_override
 from evosteer_core.training.loop import train_step
 from evosteer_core.training.session import init_state, open_session
 from evosteer_core.training.state import TrainState
 from evosteer_core.training.warm_start import stage_warm_start
+from experiments.probe_session import stored_checkpoint
 
 UNCLIPPED = 1e30  # train.grad_clip for the draws: the gradient as the objective computes it
 
@@ -118,10 +118,7 @@ def load_state(args: argparse.Namespace) -> tuple[RunConfig, TrainState, int]:
     if args.run is None:
         cfg = stage_warm_start(load_config(args.config, overrides=overrides))
         return cfg, init_state(cfg), 0
-    store = open_store(args.store)
-    cfg = config_from_dict(to_plain(run_config(store, args.run)), f"{args.run}/config", overrides)
-    at = cfg.train.steps if args.step is None else args.step
-    state = TrainState.from_bytes(store.get_bytes(RunIndex(store, args.run).lookup(at, "state")))
+    cfg, state, at = stored_checkpoint(args.store, args.run, args.step, overrides)
     return cfg, state, at
 
 
@@ -141,7 +138,10 @@ def main() -> None:
     if args.draws < 2:
         p.error("--draws must be at least 2")
     torch.set_num_threads(args.threads)
-    cfg, state, at = load_state(args)
+    try:
+        cfg, state, at = load_state(args)
+    except MissingArtifactError as exc:  # a run id or step the store does not hold
+        sys.exit(f"gradient_noise: {exc}")
     world = build_world(cfg)
     grads, sizes = [], []
     for k in range(1, args.draws + 1):

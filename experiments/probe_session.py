@@ -1,5 +1,6 @@
-"""Shared setup of the diagnostic scripts (tilt_ceiling, capacity_probe): the common options and
-an untrained session on the SIMULATED suite with skills off."""
+"""Shared setup of the diagnostic scripts: the common options and an untrained session on the
+SIMULATED suite with skills off (tilt_ceiling, capacity_probe), and a stored run's checkpoint
+(admission_gain, gradient_noise, checkpoint_tilt)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,13 @@ import argparse
 
 import torch
 
-from evosteer_core.infra.config import load_config
+from evosteer_core.infra.artifacts import RunIndex, open_store
+from evosteer_core.infra.config import RunConfig, config_from_dict, load_config
 from evosteer_core.infra.configio import parse_override
+from evosteer_core.infra.runs import run_config
+from evosteer_core.pipeline.stage_io import StepStore
 from evosteer_core.training.session import Session, init_state, open_session
+from evosteer_core.training.state import TrainState
 from evosteer_core.training.warm_start import stage_warm_start
 
 
@@ -35,3 +40,16 @@ def untrained_session(args: argparse.Namespace) -> Session:
     )
     cfg = stage_warm_start(cfg)  # policy.init: fit (or find) the warm-started reference
     return open_session(cfg, init_state(cfg))
+
+
+def stored_checkpoint(
+    store_root: str, run: str, step: int | None = None, overrides: dict | None = None
+) -> tuple[RunConfig, TrainState, int]:
+    """A stored run's recorded config (with ``overrides``), its checkpoint at ``step`` (default:
+    the last step it holds) and that step; a run or step the store lacks raises
+    :class:`~evosteer_core.infra.artifacts.MissingArtifactError`."""
+    store = open_store(store_root)
+    cfg = config_from_dict(run_config(store, run).to_dict(), f"{run}/config.yaml", overrides)
+    index = RunIndex(store, run)
+    at = max(index.steps()) if step is None else step
+    return cfg, StepStore(store).get_state(index.lookup(at, "state")), at
