@@ -48,7 +48,7 @@ UNCLIPPED = 1e30  # train.grad_clip for the draws: the gradient as the objective
 @dataclass(frozen=True)
 class NoiseScale:
     """The estimates of one set of draws (see the module docstring), with delete-one
-    jackknife standard errors of the signal and the SNR (nan for K = 2): conservative, since
+    jackknife standard errors of the signal, the noise and the SNR (nan for K = 2): conservative, since
     the jackknife overstates a variance (Efron and Stein, 1981; by up to ~1.5× in standard
     error at the runs' low SNR and K = 8, tests/test_gradient_noise.py)."""
 
@@ -57,6 +57,7 @@ class NoiseScale:
     noise: float  # tr C, unbiased
     mean_cosine: float  # mean over pairs k < l of cos(G_k, G_l)
     signal_se: float
+    noise_se: float
     snr_se: float
 
     @property
@@ -92,14 +93,15 @@ def noise_scale(grads: np.ndarray) -> NoiseScale:
     signal, noise = _moments(g)
     unit = g / np.linalg.norm(g, axis=1, keepdims=True)
     cos = unit @ unit.T
-    signal_se = snr_se = float("nan")
+    signal_se = noise_se = snr_se = float("nan")
     if k > 2:
         loo = np.array([_moments(np.delete(g, i, axis=0)) for i in range(k)])
         signal_se = _jackknife_se(loo[:, 0])
+        noise_se = _jackknife_se(loo[:, 1])
         snrs = np.divide(loo[:, 0], loo[:, 1], out=np.full(k, np.nan), where=loo[:, 1] > 0)
         snr_se = _jackknife_se(snrs)
     mean_cosine = float(cos[np.triu_indices(k, 1)].mean())
-    return NoiseScale(k, signal, noise, mean_cosine, signal_se, snr_se)
+    return NoiseScale(k, signal, noise, mean_cosine, signal_se, noise_se, snr_se)
 
 
 def step_gradient(cfg: RunConfig, state: TrainState, world, step: int) -> tuple[np.ndarray, float]:
@@ -166,7 +168,7 @@ def main() -> None:
         f"draws {est.draws}, trained trajectories a step {batch:.1f}, LoRA parameters {grads[0].size}"
     )
     print(
-        f"signal |μ|² {est.signal:.4g} ± {est.signal_se:.2g}  noise tr C {est.noise:.4g}  "
+        f"signal |μ|² {est.signal:.4g} ± {est.signal_se:.2g}  noise tr C {est.noise:.4g} ± {est.noise_se:.2g}  "
         f"SNR {est.snr:.4f} ± {est.snr_se:.4f}  mean cosine {est.mean_cosine:.4f}  "
         f"B_noise {est.batch_for_snr_one(batch):.0f} trajectories"
     )

@@ -46,7 +46,7 @@ def test_jackknife_errors_are_conservative_by_less_than_two_thirds_at_a_low_snr(
     p, k, reps = 30, 8, 600
     mu = np.full(p, 0.15)
     est = [noise_scale(mu + rng.normal(size=(k, p))) for _ in range(reps)]
-    for value, se in (("signal", "signal_se"), ("snr", "snr_se")):
+    for value, se in (("signal", "signal_se"), ("noise", "noise_se"), ("snr", "snr_se")):
         spread = np.std([getattr(e, value) for e in est], ddof=1)
         mean_se = np.mean([getattr(e, se) for e in est])
         assert 0.95 < mean_se / spread < 1.6, (value, mean_se, spread)
