@@ -14,9 +14,10 @@ G_1..G_K (each unbiased):
     signal |μ|²  = |Ḡ|² − tr C / K
 
 and reports SNR = |μ|² / tr C (one step's signal against its noise; ± a delete-one jackknife
-standard error over the draws, conservative), the mean pairwise cosine of the draws, and B_noise = B · tr C / |μ|², the batch (in trained trajectories) at which one
-step's signal would equal its noise if the noise falls as 1/B (the "simple noise scale" of
-McCandlish et al., 2018, An Empirical Model of Large-Batch Training). docs/table2_sim.md
+standard error over the draws, conservative), the mean pairwise cosine of the draws, and
+B_noise = B · tr C / |μ|², the batch (in trained trajectories) at which one step's signal
+would equal its noise if the noise falls as 1/B (the "simple noise scale" of McCandlish et
+al., 2018, An Empirical Model of Large-Batch Training). docs/table2_sim.md
 ("Why the adapter's tilt stays small") has the figures of the table2-sim runs.
 """
 
@@ -32,7 +33,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: experiments.*
 
-from evosteer_core.episode.world import build_world
+from evosteer_core.episode.world import World, build_world
 from evosteer_core.infra.artifacts import MissingArtifactError
 from evosteer_core.infra.config import RunConfig, load_config
 from evosteer_core.infra.configio import parse_override
@@ -47,8 +48,8 @@ UNCLIPPED = 1e30  # train.grad_clip for the draws: the gradient as the objective
 
 @dataclass(frozen=True)
 class NoiseScale:
-    """The estimates of one set of draws (see the module docstring), with delete-one
-    jackknife standard errors of the signal, the noise and the SNR (nan for K = 2): conservative, since
+    """The estimates of one set of draws (see the module docstring), with delete-one jackknife
+    standard errors of the signal, the noise and the SNR (nan for K = 2): conservative, since
     the jackknife overstates a variance (Efron and Stein, 1981; by up to ~1.5× in standard
     error at the runs' low SNR and K = 8, tests/test_gradient_noise.py)."""
 
@@ -104,7 +105,9 @@ def noise_scale(grads: np.ndarray) -> NoiseScale:
     return NoiseScale(k, signal, noise, mean_cosine, signal_se, noise_se, snr_se)
 
 
-def step_gradient(cfg: RunConfig, state: TrainState, world, step: int) -> tuple[np.ndarray, float]:
+def step_gradient(
+    cfg: RunConfig, state: TrainState, world: World, step: int
+) -> tuple[np.ndarray, float]:
     """The unclipped LoRA gradient of step ``step`` taken from ``state`` and its number of
     trained trajectories (a fresh session, so every draw starts from the same state)."""
     s = open_session(cfg, state, world)
@@ -120,8 +123,7 @@ def load_state(args: argparse.Namespace) -> tuple[RunConfig, TrainState, int]:
     if args.run is None:
         cfg = stage_warm_start(load_config(args.config, overrides=overrides))
         return cfg, init_state(cfg), 0
-    cfg, state, at = stored_checkpoint(args.store, args.run, args.step, overrides)
-    return cfg, state, at
+    return stored_checkpoint(args.store, args.run, args.step, overrides)
 
 
 def main() -> None:
@@ -168,7 +170,8 @@ def main() -> None:
         f"draws {est.draws}, trained trajectories a step {batch:.1f}, LoRA parameters {grads[0].size}"
     )
     print(
-        f"signal |μ|² {est.signal:.4g} ± {est.signal_se:.2g}  noise tr C {est.noise:.4g} ± {est.noise_se:.2g}  "
+        f"signal |μ|² {est.signal:.4g} ± {est.signal_se:.2g}  "
+        f"noise tr C {est.noise:.4g} ± {est.noise_se:.2g}  "
         f"SNR {est.snr:.4f} ± {est.snr_se:.4f}  mean cosine {est.mean_cosine:.4f}  "
         f"B_noise {est.batch_for_snr_one(batch):.0f} trajectories"
     )
