@@ -116,6 +116,42 @@ def step_gradient(
     return torch.cat(grads).numpy(), float(metrics["n_trajectories"])
 
 
+def lora_vector(cfg: RunConfig, state: TrainState, world: World) -> np.ndarray:
+    """A state's LoRA parameters, flattened in the order of :func:`step_gradient`'s gradient."""
+    params = open_session(cfg, state, world).policy.trainable_parameters()
+    return torch.cat([p.detach().double().flatten() for p in params]).numpy()
+
+
+@dataclass(frozen=True)
+class Drift:
+    """How the draws' gradients lie along the adapter's drift d = θ_at − θ_from: a positive
+    cosine means descent points back toward θ_from."""
+
+    norm: float  # |d|
+    rms: float  # |d| / √P, per parameter
+    cosine: float  # cos(Ḡ, d)
+    per_draw: float  # mean over draws of cos(G_k, d)
+    per_draw_se: float
+
+
+def drift_cosines(grads: np.ndarray, drift: np.ndarray) -> Drift:
+    """:class:`Drift` of the draws in the rows of ``grads`` along ``drift``."""
+    g = np.asarray(grads, dtype=np.float64)
+    d = np.asarray(drift, dtype=np.float64)
+    unit = d / np.linalg.norm(d)
+    mean = g.mean(axis=0)
+    per = g @ unit / np.linalg.norm(g, axis=1)
+    se = float(per.std(ddof=1) / np.sqrt(len(per)))
+    norm = float(np.linalg.norm(d))
+    return Drift(
+        norm,
+        norm / np.sqrt(d.size),
+        float(mean @ unit / np.linalg.norm(mean)),
+        float(per.mean()),
+        se,
+    )
+
+
 def load_state(args: argparse.Namespace) -> tuple[RunConfig, TrainState, int]:
     """The config, state and step to draw from: a stored run's checkpoint, or the (warm-started)
     untrained state of ``--config``."""
@@ -134,16 +170,27 @@ def main() -> None:
     p.add_argument("--step", type=int, default=None, help="the run's step (default: its last)")
     p.add_argument("--draws", type=int, default=8, help="independent steps K (≥ 2)")
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument(
+        "--drift-from",
+        type=int,
+        default=None,
+        help="with --run: also the draws' cosines with θ(step) − θ(this step)",
+    )
     p.add_argument("--save", default=None, help="write the draws' gradients and sizes (.npz)")
     p.add_argument("--set", nargs="*", default=[], help="extra config overrides KEY=VALUE")
     args = p.parse_args()
     if args.run is not None and args.store is None:
         p.error("--run needs --store")
+    if args.drift_from is not None and args.run is None:
+        p.error("--drift-from needs --run")
     if args.draws < 2:
         p.error("--draws must be at least 2")
     torch.set_num_threads(args.threads)
     try:
         cfg, state, at = load_state(args)
+        start = None
+        if args.drift_from is not None:
+            start = stored_checkpoint(args.store, args.run, args.drift_from)[1]
     except MissingArtifactError as exc:  # a run id or step the store does not hold
         sys.exit(f"gradient_noise: {exc}")
     world = build_world(cfg)
@@ -175,6 +222,14 @@ def main() -> None:
         f"SNR {est.snr:.4f} ± {est.snr_se:.4f}  mean cosine {est.mean_cosine:.4f}  "
         f"B_noise {est.batch_for_snr_one(batch):.0f} trajectories"
     )
+    if start is not None:
+        dr = drift_cosines(
+            np.stack(grads), lora_vector(cfg, state, world) - lora_vector(cfg, start, world)
+        )
+        print(
+            f"drift from step {args.drift_from}: |d| {dr.norm:.4f} (rms {dr.rms:.4f} a parameter)  "
+            f"cos(Ḡ, d) {dr.cosine:+.3f}  per draw {dr.per_draw:+.3f} ± {dr.per_draw_se:.3f}"
+        )
 
 
 if __name__ == "__main__":

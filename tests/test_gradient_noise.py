@@ -12,7 +12,13 @@ import torch
 from evosteer_core.episode.world import build_world
 from evosteer_core.infra.config import load_config
 from evosteer_core.training.session import init_state
-from experiments.gradient_noise import UNCLIPPED, noise_scale, step_gradient
+from experiments.gradient_noise import (
+    UNCLIPPED,
+    drift_cosines,
+    lora_vector,
+    noise_scale,
+    step_gradient,
+)
 
 
 def test_signal_is_the_mean_inner_product_of_distinct_draws_and_cosine_their_mean_angle():
@@ -76,7 +82,17 @@ def test_a_draw_is_the_unclipped_gradient_of_that_step_and_leaves_the_state_alon
     g2, _ = step_gradient(cfg, state, world, 2)
     tiny, _ = step_gradient(clipped, state, world, 1)
     assert n1 == 4 and g1.shape == g2.shape and np.linalg.norm(g1) > 0
+    v = lora_vector(cfg, state, world)  # the parameters, in the gradient's order
+    assert v.shape == g1.shape and np.count_nonzero(v) == v.size // 2  # LoRA B starts at zero
     np.testing.assert_array_equal(g1, again)
     assert not np.array_equal(g1, g2)
     # clipping (to the joint norm of LoRA and heads) would have shrunk it: the draw has none
     assert np.linalg.norm(tiny) < 1e-5 < np.linalg.norm(g1)
+
+
+def test_drift_cosines_by_hand():
+    dr = drift_cosines(np.array([[1.0, 0.0], [0.0, 2.0]]), np.array([3.0, 3.0]))
+    # Ḡ = (0.5, 1) against d ∝ (1, 1): (0.5 + 1) / (√1.25 · √2); each draw at 45°
+    assert dr.cosine == pytest.approx(1.5 / np.sqrt(1.25 * 2))
+    assert (dr.per_draw, dr.per_draw_se) == pytest.approx((np.sqrt(0.5), 0.0))
+    assert (dr.norm, dr.rms) == pytest.approx((np.sqrt(18), 3.0))
