@@ -145,7 +145,7 @@ def drift_cosines(grads: np.ndarray, drift: np.ndarray) -> Drift:
     norm = float(np.linalg.norm(d))
     return Drift(
         norm,
-        norm / np.sqrt(d.size),
+        float(norm / np.sqrt(d.size)),
         float(mean @ unit / np.linalg.norm(mean)),
         float(per.mean()),
         se,
