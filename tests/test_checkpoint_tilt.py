@@ -14,6 +14,7 @@ from evosteer_core.infra.runs import record_config, run_id_for
 from evosteer_core.pipeline.stage_io import StepStore
 from evosteer_core.training.loop import train_step
 from evosteer_core.training.session import init_state, open_session
+from experiments.admission_gain import admission_gain
 from experiments.checkpoint_tilt import checkpoint_tilt
 from experiments.probe_session import stored_checkpoint
 
@@ -62,3 +63,16 @@ def test_the_untrained_checkpoint_has_no_tilt_and_the_trained_one_some(recorded)
     after = checkpoint_tilt(root, run, None, "heldout", 1)
     assert after["step"] == 1 and after["mean_abs_w"] > 0
     assert after["rho"] == before["rho"]  # ρ's episodes are the same at every step
+
+
+def test_admission_gain_evaluates_the_last_step_the_store_holds(recorded):
+    """Not the recorded config's train.steps: a run extended past it (or stopped before it)
+    is evaluated at its last checkpoint."""
+    root, run, _ = recorded
+    r = admission_gain(root, run, 1)
+    assert r["step"] == 1 and set(r["arms"]) == {
+        "validated only",
+        "with candidates under test",
+        "admit every candidate",
+        "no skills",
+    }
