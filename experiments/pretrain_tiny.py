@@ -26,8 +26,9 @@ from evosteer_core.benchmarks.rewards import evaluate
 from evosteer_core.episode.roles import default_catalogue
 from evosteer_core.episode.runtime import DecisionCharge, Episode
 from evosteer_core.infra.config import load_config
+from evosteer_core.infra.model_cache import cache_root
 from evosteer_core.infra.seeding import derive_seed
-from evosteer_core.policy.backbone import default_cache_dir, tiny_model_folder
+from evosteer_core.policy.backbone import tiny_model_folder
 from evosteer_core.policy.batch import right_pad
 from evosteer_core.policy.render import public_state, render_compact
 from evosteer_core.policy.tokenizer import PolicyTokenizer
@@ -72,7 +73,7 @@ def main() -> None:
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(derive_seed(args.seed, "pretrain-tiny"))
-    source = tiny_model_folder(default_cache_dir() / "models", args.seed)
+    source = tiny_model_folder(cache_root() / "models", args.seed)
     model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
     hf_tok = AutoTokenizer.from_pretrained(source)
     tok = PolicyTokenizer(hf_tok, max_prompt_tokens=1792)

@@ -14,6 +14,7 @@ from flytekit.core.local_cache import LocalTaskCache
 
 from evosteer_core.infra.artifacts import LocalStore, RunIndex
 from evosteer_core.infra.config import RunConfig, load_config
+from evosteer_core.infra.model_cache import cache_root
 from evosteer_core.infra.runs import record_config, record_provenance, run_id_for
 from evosteer_core.pipeline import stage_io
 
@@ -45,7 +46,9 @@ def small_config(root: Path | str, **extra) -> RunConfig:
 
 def isolate_flyte_cache(mp: pytest.MonkeyPatch, home: Path) -> None:
     """flytekit keeps its local cache in ``~/.flyte/local-cache`` (diskcache expands ``~`` when
-    the cache is first opened): point HOME elsewhere and make flytekit reopen it."""
+    the cache is first opened): point HOME elsewhere and make flytekit reopen it. The model
+    cache stays where it was (converting SmolLM2 again would cost each test ~20 s)."""
+    mp.setenv("EVOSTEER_CACHE", str(cache_root()))
     mp.setenv("HOME", str(home))
     mp.setattr(LocalTaskCache, "_initialized", False)
 

@@ -26,7 +26,7 @@ def bench(home: Path, run_dir: Path, *extra: str) -> str:
     """The script's stdout, run with this checkout and a home of its own (a flytekit cache
     that holds nothing of the user's)."""
     env = {**os.environ, "HOME": str(home), "PYTHONPATH": str(REPO)}
-    env.pop("EVOSTEER_CACHE_DIR", None)
+    env.pop("EVOSTEER_CACHE", None)
     argv = [sys.executable, str(REPO / "scripts" / "bench_run.py"), "--steps", "2", *SETS]
     done = subprocess.run(
         [*argv, "--run-dir", str(run_dir), *extra],

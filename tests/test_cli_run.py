@@ -32,7 +32,7 @@ def cli_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("run")
     sets = [arg for k, v in SMALL.items() for arg in ("--set", f"{k}={v}")]
     env = {**os.environ, "HOME": str(home)}
-    env.pop("EVOSTEER_CACHE_DIR", None)
+    env.pop("EVOSTEER_CACHE", None)
     argv = ["train", "--steps", "1", "--run-dir", str(root), *sets]
     proc = subprocess.run(
         [sys.executable, "-m", "evosteer_flyte.cli", *argv],

@@ -16,11 +16,8 @@ from scipy.stats import ttest_rel
 from transformers import AutoModelForCausalLM
 
 from evosteer_core.infra.config import LoraConfig, PolicyConfig
-from evosteer_core.policy.backbone import (
-    default_cache_dir,
-    load_policy,
-    tiny_model_folder,
-)
+from evosteer_core.infra.model_cache import cache_root
+from evosteer_core.policy.backbone import load_policy, tiny_model_folder
 from evosteer_core.training.state import TrainState
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -95,9 +92,7 @@ def test_pretrained_tiny_backbone_loads_as_a_policy_folder(tmp_path: Path) -> No
     out = _run("experiments/pretrain_tiny.py", str(folder), "--episodes", "1", "--epochs", "1")
     assert "epoch 1: mean token NLL" in out
     policy = load_policy(PolicyConfig(backbone=str(folder), lora=LoraConfig(r=4, alpha=8)))
-    fresh = AutoModelForCausalLM.from_pretrained(
-        tiny_model_folder(default_cache_dir() / "models", 0)
-    )
+    fresh = AutoModelForCausalLM.from_pretrained(tiny_model_folder(cache_root() / "models", 0))
     trained = policy.model.get_base_model()
     assert not torch.equal(
         trained.get_input_embeddings().weight, fresh.get_input_embeddings().weight

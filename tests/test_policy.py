@@ -15,7 +15,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from evosteer_core.infra.config import LoraConfig, PolicyConfig, load_config
 from evosteer_core.infra.configio import ConfigError
 from evosteer_core.infra.seeding import derive_seed, numpy_rng, torch_generator
-from evosteer_core.policy.backbone import Policy, load_policy, tiny_model_folder
+from evosteer_core.policy.backbone import Policy, load_policy, resolve_backbone, tiny_model_folder
 from evosteer_core.policy.encode import encode_h_rho
 from evosteer_core.policy.orchestrator import Orchestrator
 from evosteer_core.policy.render import render_compact
@@ -217,6 +217,17 @@ def test_tiny_folder_is_deterministic_and_reloads(tmp_path, cache_dir: str) -> N
             assert torch.equal(tensor, a[key]), name
 
 
+def test_backbones_are_built_in_the_cache_the_server_and_games_use(tmp_path, monkeypatch) -> None:
+    """Before: the policy's backbones went to ``$EVOSTEER_CACHE_DIR`` while the managed server's
+    SmolLM2 and the generated games went to ``$EVOSTEER_CACHE``, so setting one converted
+    SmolLM2 twice (two folders of the same model). Now one variable names one cache."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("EVOSTEER_CACHE", str(tmp_path / "cache"))
+    folder = resolve_backbone(PolicyConfig(backbone="tiny"), seed=3)
+    assert folder == str(tiny_model_folder(tmp_path / "cache" / "models", seed=3))
+    assert not (tmp_path / "home").exists()
+
+
 def test_prompt_truncation_keeps_system_text(fresh: Policy) -> None:
     tok = fresh.tokenizer
     system = "System rules here.\n\n"
@@ -372,5 +383,6 @@ def test_sampling_runs_shared_prompt_heads_once_and_samples_as_alone(
         torch.testing.assert_close(a.hidden, b.hidden, atol=1e-5, rtol=1e-5)
     h = encode_h_rho(trained, ps)
     got = torch.stack([s.hidden for s in together])
-    torch.testing.assert_close(got * torch.rsqrt(got.pow(2).mean(1, keepdim=True) + 1e-6), h,
-                               atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        got * torch.rsqrt(got.pow(2).mean(1, keepdim=True) + 1e-6), h, atol=1e-5, rtol=1e-5
+    )

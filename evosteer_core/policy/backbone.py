@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import os
 import threading
 import weakref
 from collections import OrderedDict
@@ -32,7 +31,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, Cache, LlamaConfig
 
 from evosteer_core.infra.artifacts import ArtifactRef, ArtifactStore
 from evosteer_core.infra.config import PolicyConfig
-from evosteer_core.infra.model_cache import is_complete, publish_folder
+from evosteer_core.infra.model_cache import cache_root, is_complete, publish_folder
 from evosteer_core.infra.quiet import quiet_transformers
 from evosteer_core.infra.seeding import derive_seed
 from evosteer_core.policy.read_positions import hidden_at, supports_read_positions
@@ -55,11 +54,6 @@ TINY_ARCH = {
 """Shape of the tiny backbone (a Llama-architecture causal LM)."""
 
 _COMPLETE_MARK = "evosteer_tiny_complete.json"
-
-
-def default_cache_dir() -> Path:
-    """``$EVOSTEER_CACHE_DIR`` or ``~/.cache/evosteer``: where built backbones are kept."""
-    return Path(os.environ.get("EVOSTEER_CACHE_DIR", Path.home() / ".cache" / "evosteer"))
 
 
 def _seeded_init(model: PreTrainedModel, seed: int, std: float) -> None:
@@ -110,8 +104,8 @@ def tiny_model_folder(cache_dir: Path, seed: int) -> Path:
 def resolve_backbone(config: PolicyConfig, seed: int = 0, cache_dir: str | None = None) -> str:
     """The folder or hub id that ``from_pretrained`` loads for ``config.backbone`` (the tiny
     backbone's weights are drawn from ``seed``; folders are built under ``cache_dir``, default
-    :func:`default_cache_dir`)."""
-    cache = Path(cache_dir) if cache_dir else default_cache_dir()
+    ``cache_root()``: ``$EVOSTEER_CACHE``, else ``~/.cache/evosteer``)."""
+    cache = Path(cache_dir) if cache_dir else cache_root()
     if config.backbone == "tiny":
         return str(tiny_model_folder(cache / "models", seed))
     if config.backbone == "smollm2":
