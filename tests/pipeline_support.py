@@ -47,7 +47,7 @@ def small_config(root: Path | str, **extra) -> RunConfig:
 def isolate_flyte_cache(mp: pytest.MonkeyPatch, home: Path) -> None:
     """flytekit keeps its local cache in ``~/.flyte/local-cache`` (diskcache expands ``~`` when
     the cache is first opened): point HOME elsewhere and make flytekit reopen it. The model
-    cache stays where it was (converting SmolLM2 again would cost each test ~20 s)."""
+    cache stays where it was (converting SmolLM2 again would cost each test ~30 s)."""
     mp.setenv("EVOSTEER_CACHE", str(cache_root()))
     mp.setenv("HOME", str(home))
     mp.setattr(LocalTaskCache, "_initialized", False)
