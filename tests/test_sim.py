@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import math
+from importlib import resources
 
 import pytest
+import yaml
 
 from evosteer_core.benchmarks.metrics import normalize_squad
 from evosteer_core.benchmarks.rewards import evaluate
@@ -13,7 +15,7 @@ from evosteer_core.episode.answers import cued_span
 from evosteer_core.episode.budget import BudgetLedger, BudgetLimits
 from evosteer_core.episode.prompts import node_prompt
 from evosteer_core.episode.records import FAMILIES
-from evosteer_core.episode.roles import default_catalogue
+from evosteer_core.episode.roles import catalogue_from_dict, default_catalogue
 from evosteer_core.episode.runtime import Episode
 from evosteer_core.executors.base import (
     CallLimits,
@@ -316,3 +318,22 @@ def test_interactive_episodes_can_stop_when_their_steps_are_spent():
             assert ep.ledger.env_steps == limits.env_steps
             stopped_early += not ep.exhausted()
     assert stopped_early >= 1
+
+
+def test_a_suite_is_built_once_a_process_and_each_caller_gets_its_own_list():
+    """Every stage task's world asks for the same suite: it is built once and shared (the
+    records are frozen), and a caller changing its list changes no other caller's."""
+    expected = [make_sim_record(f, i, 5, "memo") for f in FAMILIES for i in range(3)]
+    first, second = make_sim_suite(3, 5, "memo"), make_sim_suite(3, 5, "memo")
+    assert first == second == expected
+    assert first is not second and all(a is b for a, b in zip(first, second, strict=True))
+    first.reverse()
+    first.pop()
+    assert make_sim_suite(3, 5, "memo") == expected
+    assert make_sim_suite(3, 5, "other")[0].record_id == "sim-hotpotqa-other-00000"
+
+
+def test_the_default_catalogue_is_parsed_once_and_is_the_shipped_file():
+    text = resources.files("evosteer_core.data").joinpath("roles.yaml").read_text()
+    assert default_catalogue() is default_catalogue()
+    assert default_catalogue() == catalogue_from_dict(yaml.safe_load(text))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from importlib import resources
 from typing import Any
 
@@ -97,7 +98,9 @@ def catalogue_from_dict(data: dict[str, Any], where: str = "catalogue") -> Catal
     return Catalogue(roles=roles, families=fams)
 
 
+@lru_cache(maxsize=1)
 def default_catalogue() -> Catalogue:
-    """The reference catalogue shipped as ``evosteer_core/data/roles.yaml``."""
+    """The reference catalogue shipped as ``evosteer_core/data/roles.yaml``, parsed once a
+    process (it is frozen; every stage task's world asks for it)."""
     text = resources.files("evosteer_core.data").joinpath("roles.yaml").read_text()
     return catalogue_from_dict(yaml.safe_load(text), where="evosteer_core/data/roles.yaml")
