@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from evosteer_core.pipeline.stage_io import table_bytes
@@ -57,6 +58,36 @@ def test_every_installed_package_is_at_its_pinned_version() -> None:
     assert not drifted, "venv differs from constraints.txt (run `make install`): " + ", ".join(
         drifted
     )
+
+
+def _required(project: str = "evosteer", extras: tuple[str, ...] = ("dev",)) -> set[str]:
+    """Every distribution ``project`` (with ``extras``) requires, directly or not, on this
+    interpreter (environment markers evaluated as pip would)."""
+    seen: set[str] = set()
+    todo = [(project, extras)]
+    while todo:
+        name, wanted = todo.pop()
+        try:
+            lines = metadata.requires(name) or []
+        except metadata.PackageNotFoundError:
+            continue
+        for line in lines:
+            req = Requirement(line)
+            if req.marker and not any(req.marker.evaluate({"extra": e}) for e in wanted or ("",)):
+                continue
+            dep = canonicalize_name(req.name)
+            if dep not in seen:
+                seen.add(dep)
+                todo.append((dep, tuple(req.extras)))
+    return seen
+
+
+def test_everything_the_project_requires_is_pinned() -> None:
+    """A requirement left to the resolver takes whatever is newest on the day of the install
+    (pyarrow did, 7 Dec 2026): after adding a dependency, regenerate the pins."""
+    pinned = {canonicalize_name(pin.name) for pin in _pins()}
+    unpinned = sorted(_required() - pinned)
+    assert not unpinned, "not pinned in constraints.txt: " + ", ".join(unpinned)
 
 
 def test_the_pinned_parquet_writer_gives_the_recorded_bytes() -> None:
