@@ -63,7 +63,7 @@ def test_every_installed_package_is_at_its_pinned_version() -> None:
 def _required(project: str = "evosteer", extras: tuple[str, ...] = ("dev",)) -> set[str]:
     """Every distribution ``project`` (with ``extras``) requires, directly or not, on this
     interpreter (environment markers evaluated as pip would)."""
-    seen: set[str] = set()
+    seen: set[tuple[str, tuple[str, ...]]] = set()
     todo = [(project, extras)]
     while todo:
         name, wanted = todo.pop()
@@ -75,11 +75,12 @@ def _required(project: str = "evosteer", extras: tuple[str, ...] = ("dev",)) -> 
             req = Requirement(line)
             if req.marker and not any(req.marker.evaluate({"extra": e}) for e in wanted or ("",)):
                 continue
-            dep = canonicalize_name(req.name)
+            # keyed with its extras: transformers and transformers[serving] need different sets
+            dep = (canonicalize_name(req.name), tuple(sorted(req.extras)))
             if dep not in seen:
                 seen.add(dep)
-                todo.append((dep, tuple(req.extras)))
-    return seen
+                todo.append(dep)
+    return {name for name, _ in seen}
 
 
 def test_everything_the_project_requires_is_pinned() -> None:
