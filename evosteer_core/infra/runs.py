@@ -36,14 +36,15 @@ in flight at once (the tables are written in decision order, tests/test_concurre
 HASHED_WHEN_SET = (
     "executor.serve",
     "executor.serve.dtype",
+    "executor.serve.engine",
     "budget.max_output_tokens",
     "train.update_micro_batch",
 )
 """Keys added after runs existed, hashed only when not None, so that the configs made before
 them keep their run ids: ``executor.serve`` (a config with a given ``base_url`` hashes as before
 the managed server existed), ``executor.serve.dtype`` (the server's weights as stored),
-``budget.max_output_tokens`` (no cap on a call's output) and ``train.update_micro_batch`` (the
-default micro-batch)."""
+``executor.serve.engine`` (``transformers serve``), ``budget.max_output_tokens`` (no cap on a
+call's output) and ``train.update_micro_batch`` (the default micro-batch)."""
 
 CONFIG_ENTRY = "config"
 """Run-index name (step 0) of the run's config YAML: replay, evaluate and report read it back."""
