@@ -1,7 +1,7 @@
 """Time one full training step and each of its stages (docs/method.md §1.9) on this machine.
 
 Usage: python scripts/bench_step.py [--batch 32] [--rollouts 2] [--threads 2] [--config FILE]
-                                    [--rounds | --vs REV [--runs 3]] [--json]
+                                    [--after K] [--rounds | --vs REV [--runs 3]] [--json]
 Prints the stage times (rollout, rescore, value fit, actor update, validation round,
 checkpoint; wall and CPU seconds), the number of trajectories and decisions, and decisions per
 second. ``--rounds`` also splits the rollout into its lock-step rounds (``episode/rollout.py``):
@@ -9,7 +9,9 @@ per round, the episodes still pending, the seconds the orchestrator spent decidi
 (the batched policy calls) and the seconds until the next round's decisions began (their
 actions: node executions, with a real executor the model server's replies). The default is
 the paper's batch shape (32 records, 2θ + 2ρ rollouts) on the tiny backbone and the SIMULATED
-executor.
+executor. Step 1 has no skills yet; ``--after K`` trains K steps first and times step K+1,
+whose episodes see the candidate skills on their menus and whose batch carries their paired
+arms, as most steps of a long run do.
 
 ``--vs REV`` times the code in this checkout and git revision REV side by side: REV is
 checked out into a temporary worktree (removed afterwards; REV may also be a folder holding
@@ -80,6 +82,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     )
     wall, cpu = time.perf_counter(), time.process_time()
     state = init_state(cfg)
+    for step in range(1, args.after + 1):  # untimed: the state the timed step starts from
+        out = step_module.train_step(open_session(cfg, state), state, step)
+        state = out[0] if isinstance(out, tuple) else out
     s = open_session(cfg, state)
     times = {"setup": (time.perf_counter() - wall, time.process_time() - cpu)}
     seen: dict[str, Any] = {}
@@ -99,7 +104,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         setattr(step_module, name, timed(name, getattr(step_module, name)))
     rounds = _time_rounds() if args.rounds else {}
     wall, cpu = time.perf_counter(), time.process_time()
-    step_module.train_step(s, state, args.step)
+    step_module.train_step(s, state, args.after + 1 if args.after else args.step)
     times["step total"] = (time.perf_counter() - wall, time.process_time() - cpu)
     decisions = seen["decisions"]
     extra = {"rounds": _round_split(rounds)} if args.rounds else {}
@@ -178,6 +183,7 @@ def print_one(args: argparse.Namespace, r: dict[str, Any]) -> None:
 def _one_args(args: argparse.Namespace) -> list[str]:
     out = ["--batch", str(args.batch), "--rollouts", str(args.rollouts)]
     out += ["--threads", str(args.threads), "--step", str(args.step), "--json"]
+    out += ["--after", str(args.after)]
     return out + (["--config", str(Path(args.config).resolve())] if args.config else [])
 
 
@@ -277,6 +283,14 @@ def main() -> None:
     p.add_argument("--rollouts", type=int, default=2)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--step", type=int, default=1)
+    p.add_argument(
+        "--after",
+        type=int,
+        default=0,
+        metavar="K",
+        help="train K steps first (untimed), then time step K+1: a later step's shape, with "
+        "the skills' candidates and their paired arms (the setup line includes the K steps)",
+    )
     p.add_argument("--rounds", action="store_true", help="split the rollout into its rounds")
     p.add_argument(
         "--vs", metavar="REV", help="also time git revision (or checkout folder) REV, alternating"
@@ -284,6 +298,10 @@ def main() -> None:
     p.add_argument("--runs", type=int, default=3, help="alternating rounds with --vs")
     p.add_argument("--json", action="store_true", help="print one JSON line (used by --vs)")
     args = p.parse_args()
+    if args.after < 0:
+        p.error(f"--after must be >= 0, got {args.after}")
+    if args.after and args.step != 1:
+        p.error("--after K times step K+1; it does not combine with --step")
     if args.vs and args.rounds:
         p.error("--rounds splits the rollout of one run; it does not combine with --vs")
     if args.vs:

@@ -1,5 +1,6 @@
 """scripts/bench_step.py --rounds: the rollout's lock-step rounds, checked against the step's
-own decision table (one decision per pending episode per round)."""
+own decision table (one decision per pending episode per round); --after K: step K+1 timed,
+from the state K untimed steps left."""
 
 from __future__ import annotations
 
@@ -43,7 +44,13 @@ def test_rounds_match_the_decision_table(bench_step, monkeypatch):
 
     monkeypatch.setattr(loop, "rollout_stage", keep)
     args = argparse.Namespace(
-        config=None, batch=2, rollouts=1, threads=torch.get_num_threads(), step=1, rounds=True
+        config=None,
+        batch=2,
+        rollouts=1,
+        threads=torch.get_num_threads(),
+        step=1,
+        after=0,
+        rounds=True,
     )
     r = bench_step.measure(args)
     decisions = tables["decisions"]
@@ -63,4 +70,47 @@ def test_rounds_with_vs_is_one_line_exit_2():
         [sys.executable, str(SCRIPT), "--rounds", "--vs", "HEAD"], capture_output=True, text=True
     )
     assert done.returncode == 2 and "--rounds" in done.stderr and "--vs" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_after_times_the_step_after_the_untimed_ones(bench_step, monkeypatch):
+    loop = importlib.import_module("evosteer_core.training.loop")
+    train_step, rollout_stage = loop.train_step, loop.rollout_stage
+    steps, tables = [], {}
+
+    def record_step(s, state, step):
+        steps.append((state.step, step))
+        return train_step(s, state, step)
+
+    def record_rollout(s, step, *a, **kw):
+        out = rollout_stage(s, step, *a, **kw)
+        tables[step] = out.decisions
+        return out
+
+    monkeypatch.setattr(loop, "train_step", record_step)
+    monkeypatch.setattr(loop, "rollout_stage", record_rollout)
+    args = argparse.Namespace(
+        config=None,
+        batch=2,
+        rollouts=1,
+        threads=torch.get_num_threads(),
+        step=1,
+        after=2,
+        rounds=False,
+    )
+    r = bench_step.measure(args)
+    # each step starts from the state the one before it left; the figures are step 3's
+    assert steps == [(0, 1), (1, 2), (2, 3)]
+    assert r["decisions"] == len(tables[3])
+    assert r["trajectories"] == tables[3]["traj_id"].nunique()
+    assert r["wall"]["rollout"] > 0
+
+
+def test_after_with_step_is_one_line_exit_2():
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--after", "3", "--step", "2"],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 2 and "--after" in done.stderr and "--step" in done.stderr
     assert "Traceback" not in done.stderr

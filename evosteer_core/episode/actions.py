@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from functools import lru_cache
 
 KINDS: tuple[str, ...] = (
     "ADD_AGENT",
@@ -27,6 +28,9 @@ _REQUIRED: dict[str, tuple[str, ...]] = {
 }
 _OPTIONAL: dict[str, tuple[str, ...]] = {"ADD_AGENT": ("skill_id",)}
 _FIELDS = ("node_id", "role_id", "skill_id", "source_id", "target_id", "protocol")
+ACTION_JSON_MEMO = 65536
+"""How many actions' canonical JSON texts :meth:`Action.to_json` keeps (least recently used
+go first)."""
 
 
 class ActionFormatError(ValueError):
@@ -70,7 +74,7 @@ class Action:
 
     def to_json(self) -> str:
         """Canonical JSON: sorted keys, compact separators, no ASCII escaping."""
-        return canonical_json(self.to_dict())
+        return _action_json(self)
 
     @classmethod
     def from_json(cls, text: str) -> Action:
@@ -85,6 +89,14 @@ class Action:
         if unknown:
             raise ActionFormatError(f"action has unknown fields {sorted(unknown)}: {text!r}")
         return cls(**data)
+
+
+@lru_cache(maxsize=ACTION_JSON_MEMO)
+def _action_json(action: Action) -> str:
+    """An action's canonical JSON, memoized by its value: a rollout writes every legal action
+    of every decision twice (the legal list's sort key and the prompt's legal list), and the
+    same actions recur from decision to decision."""
+    return canonical_json(action.to_dict())
 
 
 def canonical_json(obj: object) -> str:

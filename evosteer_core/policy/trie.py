@@ -7,6 +7,7 @@ another; a leaf (reached by EOS) names the action it spells.
 from __future__ import annotations
 
 import weakref
+from bisect import bisect_right
 from collections.abc import Sequence
 
 from evosteer_core.infra.memo import BoundedMemo
@@ -16,28 +17,51 @@ from evosteer_core.policy.tokenizer import MEMO_SIZE, PolicyTokenizer
 class TrieNode:
     """One decoding position: the allowed next tokens, or the finished action at a leaf.
 
-    A trie is not changed after it is built (tries are shared through :func:`action_trie`), so
-    the sorted allowed set is computed once, when it is first asked for.
+    A node is the run ``[lo, hi)`` of its trie's token sequences in sorted order that share
+    its first ``depth`` tokens: sorted sequences with a common prefix are contiguous, and
+    within such a run the token at ``depth`` never decreases, so a node's children are the
+    runs of equal tokens there, found by bisection. Children are made when first asked for
+    (a step walks one path of each trie, not all of it) and kept: tries are shared through
+    :func:`action_trie` and never changed.
     """
 
-    __slots__ = ("children", "action", "_allowed")
+    __slots__ = ("_trie", "_depth", "_lo", "_hi", "_children", "action")
 
-    def __init__(self) -> None:
-        self.children: dict[int, TrieNode] = {}
-        self.action = -1
+    def __init__(self, trie: ActionTrie, depth: int, lo: int, hi: int) -> None:
+        self._trie, self._depth, self._lo, self._hi = trie, depth, lo, hi
+        self._children: dict[int, TrieNode] | None = None
+        # the sequences are prefix-free, so a run holding a whole sequence holds only it
+        self.action = trie.order[lo] if len(trie.sorted_sequences[lo]) == depth else -1
         """Index into the legal list at a leaf (after EOS), else -1."""
-        self._allowed: tuple[int, ...] | None = None
+
+    @property
+    def children(self) -> dict[int, TrieNode]:
+        """Next token id → the node after it, in increasing token order."""
+        if self._children is None:
+            seqs, depth, children = self._trie.sorted_sequences, self._depth, {}
+            lo, hi = self._lo, self._hi
+            if self.action < 0:
+                while lo < hi:
+                    token = seqs[lo][depth]
+                    end = bisect_right(seqs, token, lo, hi, key=lambda s: s[depth])
+                    children[token] = TrieNode(self._trie, depth + 1, lo, end)
+                    lo = end
+            self._children = children
+        return self._children
 
     @property
     def allowed(self) -> tuple[int, ...]:
         """Allowed next token ids, sorted."""
-        if self._allowed is None:
-            self._allowed = tuple(sorted(self.children))
-        return self._allowed
+        return tuple(self.children)
 
 
 class ActionTrie:
-    """Token trie over a state's legal action texts."""
+    """Token trie over a state's legal action texts.
+
+    Every action's ids end with EOS and hold no other EOS, and distinct texts have distinct
+    ids (``PolicyTokenizer.encode_action`` checks that they decode back to the text), so the
+    sequences are prefix-free by construction.
+    """
 
     def __init__(self, legal: Sequence[str], tokenizer: PolicyTokenizer) -> None:
         if not legal:
@@ -46,19 +70,10 @@ class ActionTrie:
             raise ValueError(f"legal action set has duplicates: {sorted(legal)[:5]}...")
         self.legal = list(legal)
         self.sequences = [tokenizer.encode_action(text) for text in legal]
-        self.root = TrieNode()
-        for index, ids in enumerate(self.sequences):
-            node = self.root
-            for token in ids:
-                if node.action >= 0:
-                    raise ValueError(f"action {self.legal[node.action]!r} is a prefix of another")
-                child = node.children.get(token)
-                if child is None:
-                    child = node.children[token] = TrieNode()
-                node = child
-            if node.children or node.action >= 0:
-                raise ValueError(f"action {legal[index]!r} is not prefix-free in the trie")
-            node.action = index
+        self.order = sorted(range(len(legal)), key=self.sequences.__getitem__)
+        """Legal-list indices in the sorted order of their token sequences."""
+        self.sorted_sequences = [self.sequences[i] for i in self.order]
+        self.root = TrieNode(self, 0, 0, len(legal))
         self._paths: dict[int, tuple[tuple[int, ...], ...]] = {}
 
     def index_of(self, text: str) -> int:
