@@ -39,6 +39,29 @@ def test_every_sequence_reaches_its_own_leaf(tok: PolicyTokenizer) -> None:
                 assert _walk(trie, ids[:cut]) == -1
 
 
+def test_every_node_matches_a_brute_force_over_the_sequences(tok: PolicyTokenizer) -> None:
+    """The bisected runs against the definition: at a prefix, the allowed tokens are the next
+    tokens of exactly the sequences that start with it; a leaf is a whole sequence. Legal sets
+    in shuffled order (the trie sorts internally; indices stay the legal list's)."""
+    rng = numpy_rng("test-trie-brute-force")
+    for _ in range(30):
+        legal = [str(a) for a in rng.permutation(random_legal_set(rng))]
+        if not legal:
+            continue
+        trie = ActionTrie(legal, tok)
+        seqs = [tok.encode_action(text) for text in legal]
+        assert list(trie.sequences) == seqs
+        for index, ids in enumerate(seqs):
+            node = trie.root
+            for j, token in enumerate(ids):
+                expected = sorted({s[j] for s in seqs if s[:j] == ids[:j]})
+                assert node.allowed == tuple(expected) == tuple(sorted(node.children))
+                assert node.action == -1
+                assert trie.path_allowed(index)[j] == node.allowed
+                node = node.children[token]
+            assert node.action == index and node.children == {} and node.allowed == ()
+
+
 def test_path_allowed_marks_forced_and_branching_positions(tok: PolicyTokenizer) -> None:
     legal = ['{"kind":"SET_OUTPUT","node_id":"n0"}', '{"kind":"SET_OUTPUT","node_id":"n1"}']
     trie = ActionTrie(legal, tok)
