@@ -32,6 +32,19 @@ def bench_step(monkeypatch):
     return module
 
 
+def _args(after: int, rounds: bool) -> argparse.Namespace:
+    """The script's options for a small step (2 records, 1θ + 1ρ)."""
+    return argparse.Namespace(
+        config=None,
+        batch=2,
+        rollouts=1,
+        threads=torch.get_num_threads(),
+        step=1,
+        after=after,
+        rounds=rounds,
+    )
+
+
 def test_rounds_match_the_decision_table(bench_step, monkeypatch):
     tables = {}
     loop = importlib.import_module("evosteer_core.training.loop")
@@ -43,16 +56,7 @@ def test_rounds_match_the_decision_table(bench_step, monkeypatch):
         return out
 
     monkeypatch.setattr(loop, "rollout_stage", keep)
-    args = argparse.Namespace(
-        config=None,
-        batch=2,
-        rollouts=1,
-        threads=torch.get_num_threads(),
-        step=1,
-        after=0,
-        rounds=True,
-    )
-    r = bench_step.measure(args)
+    r = bench_step.measure(_args(after=0, rounds=True))
     decisions = tables["decisions"]
     per_episode = decisions.groupby("traj_id").size()
     rounds = r["rounds"]
@@ -89,16 +93,7 @@ def test_after_times_the_step_after_the_untimed_ones(bench_step, monkeypatch):
 
     monkeypatch.setattr(loop, "train_step", record_step)
     monkeypatch.setattr(loop, "rollout_stage", record_rollout)
-    args = argparse.Namespace(
-        config=None,
-        batch=2,
-        rollouts=1,
-        threads=torch.get_num_threads(),
-        step=1,
-        after=2,
-        rounds=False,
-    )
-    r = bench_step.measure(args)
+    r = bench_step.measure(_args(after=2, rounds=False))
     # each step starts from the state the one before it left; the figures are step 3's
     assert steps == [(0, 1), (1, 2), (2, 3)]
     assert r["decisions"] == len(tables[3])
