@@ -93,11 +93,11 @@ def test_after_times_the_step_after_the_untimed_ones(bench_step, monkeypatch):
 
     monkeypatch.setattr(loop, "train_step", record_step)
     monkeypatch.setattr(loop, "rollout_stage", record_rollout)
-    r = bench_step.measure(_args(after=2, rounds=False))
-    # each step starts from the state the one before it left; the figures are step 3's
-    assert steps == [(0, 1), (1, 2), (2, 3)]
-    assert r["decisions"] == len(tables[3])
-    assert r["trajectories"] == tables[3]["traj_id"].nunique()
+    r = bench_step.measure(_args(after=1, rounds=False))
+    # each step starts from the state the one before it left; the figures are step 2's
+    assert steps == [(0, 1), (1, 2)]
+    assert r["decisions"] == len(tables[2])
+    assert r["trajectories"] == tables[2]["traj_id"].nunique()
     assert r["wall"]["rollout"] > 0
 
 
