@@ -9,6 +9,7 @@ from __future__ import annotations
 import weakref
 from bisect import bisect_right
 from collections.abc import Sequence
+from operator import itemgetter
 
 from evosteer_core.infra.memo import BoundedMemo
 from evosteer_core.policy.tokenizer import MEMO_SIZE, PolicyTokenizer
@@ -25,11 +26,12 @@ class TrieNode:
     :func:`action_trie` and never changed.
     """
 
-    __slots__ = ("_trie", "_depth", "_lo", "_hi", "_children", "action")
+    __slots__ = ("_trie", "_depth", "_lo", "_hi", "_children", "_allowed", "action")
 
     def __init__(self, trie: ActionTrie, depth: int, lo: int, hi: int) -> None:
         self._trie, self._depth, self._lo, self._hi = trie, depth, lo, hi
         self._children: dict[int, TrieNode] | None = None
+        self._allowed: tuple[int, ...] = ()
         # the sequences are prefix-free, so a run holding a whole sequence holds only it
         self.action = trie.order[lo] if len(trie.sorted_sequences[lo]) == depth else -1
         """Index into the legal list at a leaf (after EOS), else -1."""
@@ -38,21 +40,27 @@ class TrieNode:
     def children(self) -> dict[int, TrieNode]:
         """Next token id → the node after it, in increasing token order."""
         if self._children is None:
-            seqs, depth, children = self._trie.sorted_sequences, self._depth, {}
-            lo, hi = self._lo, self._hi
-            if self.action < 0:
-                while lo < hi:
-                    token = seqs[lo][depth]
-                    end = bisect_right(seqs, token, lo, hi, key=lambda s: s[depth])
-                    children[token] = TrieNode(self._trie, depth + 1, lo, end)
-                    lo = end
-            self._children = children
-        return self._children
+            self._expand()
+        return self._children  # type: ignore[return-value]
 
     @property
     def allowed(self) -> tuple[int, ...]:
         """Allowed next token ids, sorted."""
-        return tuple(self.children)
+        if self._children is None:
+            self._expand()
+        return self._allowed
+
+    def _expand(self) -> None:
+        """Make the children: the runs of equal tokens at ``depth`` (none at a leaf)."""
+        seqs, depth, children = self._trie.sorted_sequences, self._depth, {}
+        lo, hi, token_at = self._lo, self._hi, itemgetter(self._depth)
+        if self.action < 0:
+            while lo < hi:
+                token = seqs[lo][depth]
+                end = bisect_right(seqs, token, lo, hi, key=token_at)
+                children[token] = TrieNode(self._trie, depth + 1, lo, end)
+                lo = end
+        self._children, self._allowed = children, tuple(children)
 
 
 class ActionTrie:
